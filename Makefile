@@ -1,0 +1,37 @@
+# qim — top-level commands. The README's quick start is `make run` and `make test`.
+#   make run     install Debian packages if missing, build, start qimd on 127.0.0.1:6060 (data in ./var)
+#   make test    install, build with gcc and run every test; then the clang ASan+UBSan build, same tests
+#   make build   gcc build only (./build)         make san   clang sanitizer build only (./build-san)
+# Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
+JOBS ?= $(shell nproc)
+CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
+
+.PHONY: deps build san run test test-gcc test-san clean
+
+deps:
+	@./scripts/deps.sh
+
+build: deps
+	@cmake -S . -B build -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build build -j $(JOBS)
+
+san: deps
+	@cmake -S . -B build-san -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DQIM_SANITIZE=ON >/dev/null
+	@cmake --build build-san -j $(JOBS)
+
+run: build
+	@mkdir -p var
+	./build/src/qimd --listen 127.0.0.1:6060 --data ./var
+
+test-gcc: build
+	@rm -rf build/errlog && mkdir -p build/errlog
+	cd build && ctest $(CTEST_FLAGS)
+
+test-san: san
+	@rm -rf build-san/errlog && mkdir -p build-san/errlog
+	cd build-san && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS)
+
+test: test-gcc test-san
+
+clean:
+	rm -rf build build-san

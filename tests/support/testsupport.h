@@ -1,0 +1,21 @@
+/*
+ * testsupport.h — shared helpers for qim's C tests (cmocka).
+ * Tests include <cmocka.h> through this header, so the cmocka prerequisites
+ * (stdarg, stddef, setjmp) come in the right order.
+ */
+#ifndef QIM_TESTSUPPORT_H
+#define QIM_TESTSUPPORT_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* A fresh empty directory under $TMPDIR (or /tmp) for one test; caller frees the path. */
+char *qim_test_tmpdir(const char *tag);
+
+/* Removes a directory tree made by qim_test_tmpdir (best effort) and frees `path`. */
+void qim_test_rmtree(char *path);
+
+#endif
