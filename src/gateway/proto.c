@@ -573,9 +573,13 @@ int qim_proto_decode(const char *buf, size_t len, unsigned max_depth, qim_proto_
   if (!depth_ok(buf, len, max_depth ? max_depth : QIM_PROTO_DEPTH_DEFAULT))
     return fail(&d, "", "too deep");
   json_error_t jerr;
+  memset(&jerr, 0, sizeof jerr); /* some early jansson failures leave it unset */
   out->_root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
   if (!out->_root) {
-    if (json_error_code(&jerr) == json_error_out_of_memory) {
+    /* jansson rarely says "out of memory": most failed allocations return with no
+     * error text at all, which a real syntax error never does. Some still surface as
+     * syntax errors; those frames get a 400 instead, which is acceptable under OOM. */
+    if (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0]) {
       err->detail = "out of memory";
       return -ENOMEM;
     }
