@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # check.sh — the contract check (tests/contract/README.md). Fails unless
+#   (0) every row is well formed and its symbol follows the naming rule of types.h,
 #   (a) every row of the table names a C symbol of the right kind in include/qim/,
 #   (b) the error rows and err.h's error table agree (same symbols, same seed names),
 #   (c) every error row marked real or extension was produced by its named test
