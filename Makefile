@@ -4,6 +4,8 @@
 #   make build   gcc build only (./build)         make san   clang sanitizer build only (./build-san)
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
+# Sub-makes run by cmake --build need not announce every directory.
+MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
 .PHONY: deps build san run test test-gcc test-san clean
@@ -19,8 +21,8 @@ san: deps
 	@cmake -S . -B build-san -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DQIM_SANITIZE=ON >/dev/null
 	@cmake --build build-san -j $(JOBS)
 
+# qimd creates ./var itself; Ctrl-C (SIGINT) stops it cleanly with status 0.
 run: build
-	@mkdir -p var
 	./build/src/qimd --listen 127.0.0.1:6060 --data ./var
 
 test-gcc: build
