@@ -61,12 +61,12 @@ typedef struct qim_config {
   /* Files. data_dir is created at start; store_url defaults to sqlite:<data_dir>/qim.db. */
   char data_dir[QIM_CONFIG_PATH_CAP];
   char store_url[QIM_CONFIG_PATH_CAP];
-  qim_storage_backend store_backend;      /* parsed from store_url */
-  char store_path[QIM_CONFIG_PATH_CAP];   /* SQLITE: the database file */
-  char store_host[QIM_CONFIG_HOST_CAP];   /* REDIS: host, port and database number */
+  qim_storage_backend store_backend;    /* parsed from store_url */
+  char store_path[QIM_CONFIG_PATH_CAP]; /* SQLITE: the database file */
+  char store_host[QIM_CONFIG_HOST_CAP]; /* REDIS: host, port and database number */
   uint16_t store_port;
   uint32_t store_db;
-  char config_file[QIM_CONFIG_PATH_CAP];  /* the file that was read; "" if none */
+  char config_file[QIM_CONFIG_PATH_CAP]; /* the file that was read; "" if none */
 
   /* Node identity and threads. node_id feeds every WriterId (clock.h). */
   uint32_t node_id;
@@ -77,28 +77,28 @@ typedef struct qim_config {
   uint32_t inline_body_threshold; /* bodies up to this size are inlined into mailboxes */
   uint32_t shard_count;
   uint32_t lanes_per_shard;
-  uint64_t dedupe_window_ms;      /* how long a ClientMessageId replay returns the same seq */
-  uint64_t msg_delete_age_ms;     /* window for non-owner hard delete and sender recall */
-  uint32_t member_limit;          /* members per group (MemberLimitExceeded above it) */
+  uint64_t dedupe_window_ms;  /* how long a ClientMessageId replay returns the same seq */
+  uint64_t msg_delete_age_ms; /* window for non-owner hard delete and sender recall */
+  uint32_t member_limit;      /* members per group (MemberLimitExceeded above it) */
 
   /* Clients, tenants and accounts. */
   qim_config_api_key api_keys[QIM_CONFIG_MAX_API_KEYS];
   uint32_t api_key_count;
   qim_config_service_token service_tokens[QIM_CONFIG_MAX_SERVICE_TOKENS];
   uint32_t service_token_count;
-  uint64_t token_lifetime_ms;     /* login token `expires` */
+  uint64_t token_lifetime_ms; /* login token `expires` */
   uint32_t login_min_length;
   uint32_t password_min_length;
 
   /* Rate limits (token buckets): sends per user, login/acc attempts per remote address. */
-  uint32_t send_rate;             /* per second */
+  uint32_t send_rate; /* per second */
   uint32_t send_burst;
-  uint32_t login_rate;            /* per second */
+  uint32_t login_rate; /* per second */
   uint32_t login_burst;
 
   /* Operations. */
   qim_log_level log_level;
-  uint64_t clock_tolerance_ms;    /* how far the wall clock may step back before ClockUnsafe */
+  uint64_t clock_tolerance_ms; /* how far the wall clock may step back before ClockUnsafe */
 } qim_config;
 
 /* Why a load failed: `key` is the setting ("" when the problem is not one key, e.g. an

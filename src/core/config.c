@@ -18,19 +18,19 @@
 /* ---- the table ------------------------------------------------------------ */
 
 typedef enum vtype {
-  V_U32,      /* decimal integer */
-  V_BYTES,    /* decimal integer with optional k / m suffix (binary) */
-  V_MS,       /* duration: integer + ms|s|m|h|d */
-  V_LISTEN,   /* HOST:PORT */
-  V_PATH,     /* non-empty path */
-  V_STORE,    /* sqlite:PATH | redis://HOST:PORT[/DB] */
-  V_API_KEY,  /* list of KEY[:TENANT] */
-  V_SERVICE,  /* list of SERVICE:TOKEN */
-  V_LEVEL,    /* debug|info|warn|error */
+  V_U32,     /* decimal integer */
+  V_BYTES,   /* decimal integer with optional k / m suffix (binary) */
+  V_MS,      /* duration: integer + ms|s|m|h|d */
+  V_LISTEN,  /* HOST:PORT */
+  V_PATH,    /* non-empty path */
+  V_STORE,   /* sqlite:PATH | redis://HOST:PORT[/DB] */
+  V_API_KEY, /* list of KEY[:TENANT] */
+  V_SERVICE, /* list of SERVICE:TOKEN */
+  V_LEVEL,   /* debug|info|warn|error */
 } vtype;
 
 typedef struct setting {
-  const char *key;   /* file key; flag is --key (with - for _), env is QIM_KEY */
+  const char *key; /* file key; flag is --key (with - for _), env is QIM_KEY */
   vtype type;
   size_t off;        /* field in qim_config (numbers and paths) */
   uint64_t min, max; /* bounds of numbers */
@@ -46,7 +46,8 @@ static const setting settings[] = {
     {"listen", V_LISTEN, 0, 0, 0, "127.0.0.1:6060", "HOST:PORT",
      "address the gateway listens on (IPv6 as [::1]:6060)"},
     {"data", V_PATH, F(data_dir), 0, 0, "./var", "DIR", "data directory, created at start"},
-    {"store", V_STORE, 0, 0, 0, NULL, "URL", "message store: sqlite:PATH or redis://HOST:PORT[/DB]"},
+    {"store", V_STORE, 0, 0, 0, NULL, "URL",
+     "message store: sqlite:PATH or redis://HOST:PORT[/DB]"},
     {"node_id", V_U32, F(node_id), 1, 16777215, "1", "N",
      "this node's id, unique among nodes sharing a store; part of every WriterId"},
     {"io_threads", V_U32, F(io_threads), 1, 64, NULL, "N",
@@ -81,7 +82,8 @@ static const setting settings[] = {
      "login and account attempts per second from one remote address (sustained)"},
     {"login_burst", V_U32, F(login_burst), 1, 1000000, "100", "N",
      "most login and account attempts in a burst from one remote address"},
-    {"log_level", V_LEVEL, 0, 0, 0, "info", "LEVEL", "least severe log level: debug, info, warn, error"},
+    {"log_level", V_LEVEL, 0, 0, 0, "info", "LEVEL",
+     "least severe log level: debug, info, warn, error"},
     {"clock_tolerance", V_MS, F(clock_tolerance_ms), 0, 60000, "1s", "DURATION",
      "how far the wall clock may step back before new messages fail with ClockUnsafe"},
 };
@@ -157,9 +159,12 @@ static int parse_bytes(const char *s, uint64_t *out) {
   uint64_t n, mul = 1;
   if (parse_u64(s, digits, &n) < 0) return -EINVAL;
   const char *suf = s + digits;
-  if (strcasecmp(suf, "k") == 0) mul = 1024;
-  else if (strcasecmp(suf, "m") == 0) mul = 1024 * 1024;
-  else if (*suf) return -EINVAL;
+  if (strcasecmp(suf, "k") == 0)
+    mul = 1024;
+  else if (strcasecmp(suf, "m") == 0)
+    mul = 1024 * 1024;
+  else if (*suf)
+    return -EINVAL;
   if (n > UINT64_MAX / mul) return -EINVAL;
   *out = n * mul;
   return 0;
@@ -180,7 +185,8 @@ static int valid_host(const char *h, bool v6) {
 }
 
 /* Splits "HOST:PORT" or "[V6]:PORT"; port 1..65535. */
-static int parse_host_port(const char *v, char *host, size_t cap, uint16_t *port, const char **rest) {
+static int parse_host_port(const char *v, char *host, size_t cap, uint16_t *port,
+                           const char **rest) {
   const char *colon;
   bool v6 = v[0] == '[';
   size_t hlen;
@@ -232,7 +238,8 @@ static int set_store(qim_config *c, const char *v, char *why, size_t cap) {
   } else if (ok && strncmp(v, "redis://", 8) == 0) {
     backend = QIM_STORAGE_BACKEND_REDIS;
     ok = parse_host_port(v + 8, host, sizeof host, &port, &rest) == 0 &&
-         (*rest == '\0' || (rest[0] == '/' && parse_u64(rest + 1, strlen(rest + 1), &db) == 0 && db <= 15));
+         (*rest == '\0' ||
+          (rest[0] == '/' && parse_u64(rest + 1, strlen(rest + 1), &db) == 0 && db <= 15));
   } else {
     ok = 0;
   }
@@ -256,7 +263,8 @@ static int parse_tenant(const char *s, qim_tenant_id *out) {
     size_t n = strlen(s + 2);
     if (n == 0 || n > 32 || strspn(s + 2, "0123456789abcdefABCDEF") != n) return -EINVAL;
     for (const char *p = s + 2; *p; p++) {
-      unsigned d = (unsigned)(isdigit((unsigned char)*p) ? *p - '0' : (tolower((unsigned char)*p) - 'a' + 10));
+      unsigned d = (unsigned)(isdigit((unsigned char)*p) ? *p - '0'
+                                                         : (tolower((unsigned char)*p) - 'a' + 10));
       v.hi = (v.hi << 4) | (v.lo >> 60);
       v.lo = (v.lo << 4) | d;
     }
@@ -285,8 +293,10 @@ static int add_api_key(qim_config *c, const char *e, size_t n, char *why, size_t
   char *colon = strchr(entry, ':');
   size_t klen = colon ? (size_t)(colon - entry) : n;
   qim_config_api_key k = {.tenant = {{0, 1}}};
-  if (!key_chars_ok(entry, klen) || klen >= sizeof k.key || (colon && parse_tenant(colon + 1, &k.tenant) < 0)) {
-    fmt(why, cap, "expected KEY[:TENANT] (KEY of URL-safe characters, TENANT a non-zero number), got '%s'",
+  if (!key_chars_ok(entry, klen) || klen >= sizeof k.key ||
+      (colon && parse_tenant(colon + 1, &k.tenant) < 0)) {
+    fmt(why, cap,
+        "expected KEY[:TENANT] (KEY of URL-safe characters, TENANT a non-zero number), got '%s'",
         entry);
     return -EINVAL;
   }
@@ -317,14 +327,15 @@ static int add_service_token(qim_config *c, const char *e, size_t n, char *why, 
   memcpy(t.service, e, slen);
   t.service[slen] = '\0';
   if (tlen < QIM_CONFIG_TOKEN_MIN || tlen >= sizeof t.token || !key_chars_ok(colon + 1, tlen)) {
-    fmt(why, cap, "token for '%s' must be %d to %zu URL-safe characters (value not shown)", t.service,
-        QIM_CONFIG_TOKEN_MIN, sizeof t.token - 1);
+    fmt(why, cap, "token for '%s' must be %d to %zu URL-safe characters (value not shown)",
+        t.service, QIM_CONFIG_TOKEN_MIN, sizeof t.token - 1);
     return -EINVAL;
   }
   memcpy(t.token, colon + 1, tlen);
   t.token[tlen] = '\0';
   for (uint32_t i = 0; i < c->service_token_count; i++)
-    if (strcmp(c->service_tokens[i].service, t.service) == 0 || strcmp(c->service_tokens[i].token, t.token) == 0) {
+    if (strcmp(c->service_tokens[i].service, t.service) == 0 ||
+        strcmp(c->service_tokens[i].token, t.token) == 0) {
       fmt(why, cap, "service '%s' or its token is listed twice", t.service);
       return -EINVAL;
     }
@@ -344,10 +355,12 @@ static int add_list(qim_config *c, const setting *s, const char *v, char *why, s
     while (n && isspace((unsigned char)*p)) p++, n--;
     while (n && isspace((unsigned char)p[n - 1])) n--;
     if (n == 0) {
-      fmt(why, cap, "expected %s, got an empty entry in '%s'", s->arg, s->type == V_SERVICE ? "(value not shown)" : v);
+      fmt(why, cap, "expected %s, got an empty entry in '%s'", s->arg,
+          s->type == V_SERVICE ? "(value not shown)" : v);
       return -EINVAL;
     }
-    int rc = s->type == V_API_KEY ? add_api_key(c, p, n, why, cap) : add_service_token(c, p, n, why, cap);
+    int rc = s->type == V_API_KEY ? add_api_key(c, p, n, why, cap)
+                                  : add_service_token(c, p, n, why, cap);
     if (rc < 0) return rc;
     p += strcspn(p, ",");
     if (*p == '\0') return 0;
@@ -369,20 +382,26 @@ static int set_level(qim_config *c, const char *v, char *why, size_t cap) {
 
 static int set_number(qim_config *c, const setting *s, const char *v, char *why, size_t cap) {
   uint64_t n;
-  int rc = s->type == V_MS ? parse_duration(v, &n) : s->type == V_BYTES ? parse_bytes(v, &n) : parse_u64(v, strlen(v), &n);
+  int rc = s->type == V_MS      ? parse_duration(v, &n)
+           : s->type == V_BYTES ? parse_bytes(v, &n)
+                                : parse_u64(v, strlen(v), &n);
   if (rc == 0 && n >= s->min && n <= s->max) {
-    if (s->type == V_MS) *(uint64_t *)((char *)c + s->off) = n;
-    else *(uint32_t *)((char *)c + s->off) = (uint32_t)n;
+    if (s->type == V_MS)
+      *(uint64_t *)((char *)c + s->off) = n;
+    else
+      *(uint32_t *)((char *)c + s->off) = (uint32_t)n;
     return 0;
   }
   if (s->type == V_MS) {
     char lo[32], hi[32];
     format_duration(s->min, lo, sizeof lo);
     format_duration(s->max, hi, sizeof hi);
-    fmt(why, cap, "expected a duration from %s to %s (a number with ms, s, m, h or d), got '%s'", lo, hi, v);
+    fmt(why, cap, "expected a duration from %s to %s (a number with ms, s, m, h or d), got '%s'",
+        lo, hi, v);
   } else {
     fmt(why, cap, "expected %s from %" PRIu64 " to %" PRIu64 ", got '%s'",
-        s->type == V_BYTES ? "a size in bytes (k or m suffix allowed)" : "an integer", s->min, s->max, v);
+        s->type == V_BYTES ? "a size in bytes (k or m suffix allowed)" : "an integer", s->min,
+        s->max, v);
   }
   return -EINVAL;
 }
@@ -390,18 +409,23 @@ static int set_number(qim_config *c, const setting *s, const char *v, char *why,
 /* Parses `v` for setting `s` into `c`. Lists are appended to (the caller clears them). */
 static int set_value(qim_config *c, const setting *s, const char *v, char *why, size_t cap) {
   switch (s->type) {
-  case V_U32:
-  case V_BYTES:
-  case V_MS: return set_number(c, s, v, why, cap);
-  case V_LISTEN: return set_listen(c, v, why, cap);
-  case V_STORE: return set_store(c, v, why, cap);
-  case V_API_KEY:
-  case V_SERVICE: return add_list(c, s, v, why, cap);
-  case V_LEVEL: return set_level(c, v, why, cap);
-  case V_PATH:
-    if (copy_str((char *)c + s->off, QIM_CONFIG_PATH_CAP, v, strlen(v)) == 0) return 0;
-    fmt(why, cap, "expected a path of 1 to %d bytes, got '%s'", QIM_CONFIG_PATH_CAP - 1, v);
-    return -EINVAL;
+    case V_U32:
+    case V_BYTES:
+    case V_MS:
+      return set_number(c, s, v, why, cap);
+    case V_LISTEN:
+      return set_listen(c, v, why, cap);
+    case V_STORE:
+      return set_store(c, v, why, cap);
+    case V_API_KEY:
+    case V_SERVICE:
+      return add_list(c, s, v, why, cap);
+    case V_LEVEL:
+      return set_level(c, v, why, cap);
+    case V_PATH:
+      if (copy_str((char *)c + s->off, QIM_CONFIG_PATH_CAP, v, strlen(v)) == 0) return 0;
+      fmt(why, cap, "expected a path of 1 to %d bytes, got '%s'", QIM_CONFIG_PATH_CAP - 1, v);
+      return -EINVAL;
   }
   return -EINVAL;
 }
@@ -438,15 +462,24 @@ static void env_name(const setting *s, char *out, size_t cap) {
 static void describe(const loader *L, size_t i, char *out, size_t cap) {
   char name[64];
   switch (L->from[i].layer) {
-  case L_DEFAULT: fmt(out, cap, "default"); break;
-  case L_FILE: fmt(out, cap, "from %s:%u", L->c->config_file, L->from[i].line); break;
-  case L_ENV: env_name(&settings[i], name, sizeof name), fmt(out, cap, "from %s", name); break;
-  case L_FLAG: flag_name(&settings[i], name, sizeof name), fmt(out, cap, "from %s", name); break;
+    case L_DEFAULT:
+      fmt(out, cap, "default");
+      break;
+    case L_FILE:
+      fmt(out, cap, "from %s:%u", L->c->config_file, L->from[i].line);
+      break;
+    case L_ENV:
+      env_name(&settings[i], name, sizeof name), fmt(out, cap, "from %s", name);
+      break;
+    case L_FLAG:
+      flag_name(&settings[i], name, sizeof name), fmt(out, cap, "from %s", name);
+      break;
   }
 }
 
 /* Records an error that is not about one setting's value. */
-static int fail(loader *L, int rc, const char *key, const char *f, ...) __attribute__((format(printf, 4, 5)));
+static int fail(loader *L, int rc, const char *key, const char *f, ...)
+    __attribute__((format(printf, 4, 5)));
 static int fail(loader *L, int rc, const char *key, const char *f, ...) {
   char text[sizeof L->err->message - 8];
   va_list ap;
@@ -474,9 +507,13 @@ static int find_setting(const char *key, size_t len, size_t *idx) {
   return -ENOENT;
 }
 
-static bool is_list(const setting *s) { return s->type == V_API_KEY || s->type == V_SERVICE; }
+static bool is_list(const setting *s) {
+  return s->type == V_API_KEY || s->type == V_SERVICE;
+}
 
-static void begin_source(loader *L) { memset(L->seen, 0, sizeof L->seen); }
+static void begin_source(loader *L) {
+  memset(L->seen, 0, sizeof L->seen);
+}
 
 /* Applies one value of one source; the source's precedence is its order of application. */
 static int apply(loader *L, size_t i, const char *v, layer ly, unsigned line) {
@@ -485,8 +522,10 @@ static int apply(loader *L, size_t i, const char *v, layer ly, unsigned line) {
   char why[400];
   L->from[i] = (origin){ly, line};
   if (L->seen[i] && !is_list(s)) {
-    if (ly == L_FILE) fmt(why, sizeof why, "set twice (lines %u and %u)", prev.line, line);
-    else fmt(why, sizeof why, "given twice");
+    if (ly == L_FILE)
+      fmt(why, sizeof why, "set twice (lines %u and %u)", prev.line, line);
+    else
+      fmt(why, sizeof why, "given twice");
     return fail_value(L, i, why);
   }
   if (!L->seen[i] && s->type == V_API_KEY) L->c->api_key_count = 0;
@@ -568,10 +607,12 @@ static int load_env(loader *L, char *const envp[]) {
 
 /* Reads the flag at argv[*i] (`--name value` or `--name=value`) and advances *i past it.
  * *idx is a settings index, or NSETTINGS for --config. */
-static int next_flag(loader *L, int argc, char *const argv[], int *i, size_t *idx, const char **val) {
+static int next_flag(loader *L, int argc, char *const argv[], int *i, size_t *idx,
+                     const char **val) {
   const char *a = argv[*i];
   if (strncmp(a, "--", 2) != 0)
-    return fail(L, -EINVAL, "", "unexpected argument '%.200s' (settings are given as --name VALUE)", a);
+    return fail(L, -EINVAL, "", "unexpected argument '%.200s' (settings are given as --name VALUE)",
+                a);
   const char *name = a + 2;
   size_t len = strcspn(name, "=");
   char key[64];
@@ -581,8 +622,10 @@ static int next_flag(loader *L, int argc, char *const argv[], int *i, size_t *id
     key[len] = '\0';
     for (char *p = key; *p; p++)
       if (*p == '-') *p = '_';
-    if (strcmp(key, "config") == 0) *idx = NSETTINGS;
-    else known = find_setting(key, len, idx) == 0;
+    if (strcmp(key, "config") == 0)
+      *idx = NSETTINGS;
+    else
+      known = find_setting(key, len, idx) == 0;
   }
   if (!known)
     return fail(L, -EINVAL, "", "unknown flag '%.*s' (qimd --help lists them)", (int)(len + 2), a);
@@ -591,8 +634,8 @@ static int next_flag(loader *L, int argc, char *const argv[], int *i, size_t *id
   } else if (*i + 1 < argc) {
     *val = argv[++*i];
   } else {
-    return fail(L, -EINVAL, *idx == NSETTINGS ? "config" : settings[*idx].key, "%s: missing value after %s",
-                *idx == NSETTINGS ? "config" : settings[*idx].key, a);
+    return fail(L, -EINVAL, *idx == NSETTINGS ? "config" : settings[*idx].key,
+                "%s: missing value after %s", *idx == NSETTINGS ? "config" : settings[*idx].key, a);
   }
   (*i)++;
   return 0;
@@ -614,7 +657,8 @@ static int find_config_file(loader *L, int argc, char *const argv[], char *const
   if (!path) path = env_get(envp, "QIM_CONFIG");
   if (!path) return 0;
   if (copy_str(L->c->config_file, sizeof L->c->config_file, path, strlen(path)) < 0)
-    return fail(L, -EINVAL, "config", "config: expected a file path, got '%.200s' (from %s)", path, from);
+    return fail(L, -EINVAL, "config", "config: expected a file path, got '%.200s' (from %s)", path,
+                from);
   return 1;
 }
 
@@ -651,14 +695,15 @@ static int finish(loader *L) {
   if (L->c->inline_body_threshold > L->c->max_message_size) {
     char why[128];
     size_t i = index_of("inline_body_threshold");
-    fmt(why, sizeof why, "must not exceed max_message_size (%" PRIu32 "), got %" PRIu32, L->c->max_message_size,
-        L->c->inline_body_threshold);
+    fmt(why, sizeof why, "must not exceed max_message_size (%" PRIu32 "), got %" PRIu32,
+        L->c->max_message_size, L->c->inline_body_threshold);
     return fail_value(L, i, why);
   }
   return 0;
 }
 
-int qim_config_load(qim_config *out, int argc, char *const argv[], char *const envp[], qim_config_error *err) {
+int qim_config_load(qim_config *out, int argc, char *const argv[], char *const envp[],
+                    qim_config_error *err) {
   loader L = {.c = out, .err = err};
   memset(err, 0, sizeof *err);
   qim_config_defaults(out);
@@ -691,7 +736,8 @@ void qim_config_defaults(qim_config *c) {
   if (derive_store(c) < 0) abort();
 }
 
-int qim_config_tenant_for_api_key(const qim_config *c, const char *key, size_t len, qim_tenant_id *out) {
+int qim_config_tenant_for_api_key(const qim_config *c, const char *key, size_t len,
+                                  qim_tenant_id *out) {
   for (uint32_t i = 0; i < c->api_key_count; i++)
     if (strlen(c->api_keys[i].key) == len && memcmp(c->api_keys[i].key, key, len) == 0) {
       *out = c->api_keys[i].tenant;
@@ -707,11 +753,12 @@ static bool same_secret(const char *a, const char *b, size_t len) {
   return d == 0;
 }
 
-int qim_config_service_for_token(const qim_config *c, const char *token, size_t len, const char **service) {
+int qim_config_service_for_token(const qim_config *c, const char *token, size_t len,
+                                 const char **service) {
   int found = -ENOENT;
   for (uint32_t i = 0; i < c->service_token_count; i++)
-    if (strlen(c->service_tokens[i].token) == len && same_secret(c->service_tokens[i].token, token, len) &&
-        found < 0) {
+    if (strlen(c->service_tokens[i].token) == len &&
+        same_secret(c->service_tokens[i].token, token, len) && found < 0) {
       *service = c->service_tokens[i].service;
       found = 0;
     }
@@ -732,44 +779,61 @@ static const char *default_text(const setting *s) {
 
 void qim_config_write_help(FILE *out) {
   char flag[64], env[64];
-  fprintf(out, "  --config FILE  (QIM_CONFIG)\n"
-               "      read settings from FILE: `key = value` lines, `#` comments; keys are the\n"
-               "      names below without the leading -- and with _ for -\n");
+  fprintf(out,
+          "  --config FILE  (QIM_CONFIG)\n"
+          "      read settings from FILE: `key = value` lines, `#` comments; keys are the\n"
+          "      names below without the leading -- and with _ for -\n");
   for (size_t i = 0; i < NSETTINGS; i++) {
     const setting *s = &settings[i];
     flag_name(s, flag, sizeof flag);
     env_name(s, env, sizeof env);
-    fprintf(out, "  %s %s  (%s; default %s)\n      %s\n", flag, s->arg, env, default_text(s), s->help);
+    fprintf(out, "  %s %s  (%s; default %s)\n      %s\n", flag, s->arg, env, default_text(s),
+            s->help);
   }
-  fprintf(out, "Precedence: flags > environment > file > defaults. Durations take a unit\n"
-               "(ms, s, m, h, d); sizes are bytes, or k / m for KiB / MiB.\n");
+  fprintf(out,
+          "Precedence: flags > environment > file > defaults. Durations take a unit\n"
+          "(ms, s, m, h, d); sizes are bytes, or k / m for KiB / MiB.\n");
 }
 
 static void write_value(const qim_config *c, const setting *s, FILE *out) {
   char buf[64];
   const void *field = (const char *)c + s->off;
   switch (s->type) {
-  case V_U32:
-  case V_BYTES: fprintf(out, "%s = %" PRIu32 "\n", s->key, *(const uint32_t *)field); break;
-  case V_MS: format_duration(*(const uint64_t *)field, buf, sizeof buf), fprintf(out, "%s = %s\n", s->key, buf); break;
-  case V_PATH: fprintf(out, "%s = %s\n", s->key, (const char *)field); break;
-  case V_STORE: fprintf(out, "%s = %s\n", s->key, c->store_url); break;
-  case V_LEVEL: fprintf(out, "%s = %s\n", s->key, qim_config_log_level_name(c->log_level)); break;
-  case V_LISTEN:
-    fprintf(out, strchr(c->listen_host, ':') ? "%s = [%s]:%u\n" : "%s = %s:%u\n", s->key, c->listen_host,
-            c->listen_port);
-    break;
-  case V_API_KEY:
-    for (uint32_t i = 0; i < c->api_key_count; i++) {
-      const qim_u128 t = c->api_keys[i].tenant.v;
-      if (t.hi) fprintf(out, "%s = %s:0x%" PRIx64 "%016" PRIx64 "\n", s->key, c->api_keys[i].key, t.hi, t.lo);
-      else fprintf(out, "%s = %s:%" PRIu64 "\n", s->key, c->api_keys[i].key, t.lo);
-    }
-    break;
-  case V_SERVICE:
-    for (uint32_t i = 0; i < c->service_token_count; i++)
-      fprintf(out, "# %s = %s:(token not shown)\n", s->key, c->service_tokens[i].service);
-    break;
+    case V_U32:
+    case V_BYTES:
+      fprintf(out, "%s = %" PRIu32 "\n", s->key, *(const uint32_t *)field);
+      break;
+    case V_MS:
+      format_duration(*(const uint64_t *)field, buf, sizeof buf),
+          fprintf(out, "%s = %s\n", s->key, buf);
+      break;
+    case V_PATH:
+      fprintf(out, "%s = %s\n", s->key, (const char *)field);
+      break;
+    case V_STORE:
+      fprintf(out, "%s = %s\n", s->key, c->store_url);
+      break;
+    case V_LEVEL:
+      fprintf(out, "%s = %s\n", s->key, qim_config_log_level_name(c->log_level));
+      break;
+    case V_LISTEN:
+      fprintf(out, strchr(c->listen_host, ':') ? "%s = [%s]:%u\n" : "%s = %s:%u\n", s->key,
+              c->listen_host, c->listen_port);
+      break;
+    case V_API_KEY:
+      for (uint32_t i = 0; i < c->api_key_count; i++) {
+        const qim_u128 t = c->api_keys[i].tenant.v;
+        if (t.hi)
+          fprintf(out, "%s = %s:0x%" PRIx64 "%016" PRIx64 "\n", s->key, c->api_keys[i].key, t.hi,
+                  t.lo);
+        else
+          fprintf(out, "%s = %s:%" PRIu64 "\n", s->key, c->api_keys[i].key, t.lo);
+      }
+      break;
+    case V_SERVICE:
+      for (uint32_t i = 0; i < c->service_token_count; i++)
+        fprintf(out, "# %s = %s:(token not shown)\n", s->key, c->service_tokens[i].service);
+      break;
   }
 }
 

@@ -17,9 +17,12 @@
 
 #include "qim/err.h"
 
-static const char *level_name(qim_log_level l) { return qim_config_log_level_name(l); }
+static const char *level_name(qim_log_level l) {
+  return qim_config_log_level_name(l);
+}
 
-void qim_server_log(const qim_config *cfg, qim_log_level level, const char *event, const char *fmt, ...) {
+void qim_server_log(const qim_config *cfg, qim_log_level level, const char *event, const char *fmt,
+                    ...) {
   if (cfg && level < cfg->log_level) return;
   struct timespec ts;
   struct tm tm;
@@ -81,7 +84,8 @@ static void on_signal(uv_signal_t *h, int signum) {
   qim_server *s = h->data;
   if (s->stop_signal) return;
   s->stop_signal = signum;
-  qim_server_log(s->cfg, QIM_LOG_INFO, "server.stopping", "signal=%s", signum == SIGINT ? "SIGINT" : "SIGTERM");
+  qim_server_log(s->cfg, QIM_LOG_INFO, "server.stopping", "signal=%s",
+                 signum == SIGINT ? "SIGINT" : "SIGTERM");
   /* Closing the last handles lets uv_run return; the gateway will drain here first. */
   uv_close((uv_handle_t *)&s->sigint, NULL);
   uv_close((uv_handle_t *)&s->sigterm, NULL);
@@ -89,8 +93,8 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 static int fail_step(qim_server *s, const char *step, int rc) {
   char data[QIM_CONFIG_PATH_CAP + 8];
-  qim_server_log(s->cfg, QIM_LOG_ERROR, "server.start_failed", "step=%s error=%s data=%s", step, qim_err_name(rc),
-                 qim_server_log_quote(s->cfg->data_dir, data, sizeof data));
+  qim_server_log(s->cfg, QIM_LOG_ERROR, "server.start_failed", "step=%s error=%s data=%s", step,
+                 qim_err_name(rc), qim_server_log_quote(s->cfg->data_dir, data, sizeof data));
   qim_server_close(s);
   return rc;
 }
@@ -110,7 +114,8 @@ int qim_server_init(qim_server *s, const qim_config *cfg) {
   rc = uv_loop_init(&s->loop);
   if (rc < 0) return fail_step(s, "loop", rc);
   s->loop_open = true;
-  if ((rc = start_signal(s, &s->sigint, SIGINT)) < 0 || (rc = start_signal(s, &s->sigterm, SIGTERM)) < 0)
+  if ((rc = start_signal(s, &s->sigint, SIGINT)) < 0 ||
+      (rc = start_signal(s, &s->sigterm, SIGTERM)) < 0)
     return fail_step(s, "signals", rc);
   return 0;
 }
@@ -122,11 +127,14 @@ int qim_server_run(qim_server *s) {
                  c->listen_host[0] && strchr(c->listen_host, ':')
                      ? "listen=[%s]:%u data=%s store=%s node_id=%u io_threads=%u pid=%ld"
                      : "listen=%s:%u data=%s store=%s node_id=%u io_threads=%u pid=%ld",
-                 c->listen_host, c->listen_port, qim_server_log_quote(c->data_dir, data, sizeof data),
-                 qim_server_log_quote(c->store_url, store, sizeof store), c->node_id, c->io_threads, (long)getpid());
+                 c->listen_host, c->listen_port,
+                 qim_server_log_quote(c->data_dir, data, sizeof data),
+                 qim_server_log_quote(c->store_url, store, sizeof store), c->node_id, c->io_threads,
+                 (long)getpid());
   int rc = uv_run(&s->loop, UV_RUN_DEFAULT);
   (void)rc; /* non-zero only if handles remain, which close() below reports */
-  qim_server_log(c, QIM_LOG_INFO, "server.stopped", "signal=%s", s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+  qim_server_log(c, QIM_LOG_INFO, "server.stopped", "signal=%s",
+                 s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
   return 0;
 }
 

@@ -15,7 +15,7 @@ typedef struct qim_server {
   const qim_config *cfg; /* borrowed; outlives the server */
   uv_loop_t loop;
   uv_signal_t sigint, sigterm;
-  int stop_signal;       /* the signal that stopped the server; 0 while running */
+  int stop_signal; /* the signal that stopped the server; 0 while running */
   bool loop_open;
 } qim_server;
 
@@ -37,8 +37,8 @@ void qim_server_close(qim_server *s);
  * Values with spaces, quotes or '=' must go through qim_server_log_quote.
  * (Stands in for core/log.c until the server is wired to it.)
  */
-void qim_server_log(const qim_config *cfg, qim_log_level level, const char *event, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+void qim_server_log(const qim_config *cfg, qim_log_level level, const char *event, const char *fmt,
+                    ...) __attribute__((format(printf, 4, 5)));
 
 /* Writes `v` into `out` as a log value: bare when safe, else in double quotes with
  * '"' and '\' escaped. Truncates to `cap`. Returns `out`. */

@@ -3,8 +3,6 @@
  * file > defaults, the file format, and one test per validation error (each must name
  * its key and its source, never fall back to a default).
  */
-#include "testsupport.h"
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +10,7 @@
 #include <unistd.h>
 
 #include "qim/config.h"
+#include "testsupport.h"
 
 #define NARGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -36,7 +35,8 @@ static void load_ok(qim_config *c, int argc, char *const argv[], char *const env
 }
 
 /* Loads and expects failure with exactly `message` for `key`. */
-static void load_fails(int argc, char *const argv[], char *const envp[], const char *key, const char *message) {
+static void load_fails(int argc, char *const argv[], char *const envp[], const char *key,
+                       const char *message) {
   qim_config c;
   qim_config_error err;
   assert_int_equal(qim_config_load(&c, argc, argv, envp, &err), -EINVAL);
@@ -202,10 +202,10 @@ static void test_file_allows_comments_blanks_and_spacing(void **state) {
   (void)state;
   char *dir = qim_test_tmpdir("config");
   char *file = write_file(dir, "qim.conf",
-                    "# qim configuration\n\n   listen=0.0.0.0:7000   # all interfaces\n"
-                    "\tdata =  /srv/qim#1  \nmax_message_size = 256k\ndedupe_window = 36h\n"
-                    "log_level = debug\nservice_token = admin:0123456789abcdef0123\n"
-                    "api_key = k1:0x0102030405060708090a0b0c0d0e0f10\nnode_id = 5");
+                          "# qim configuration\n\n   listen=0.0.0.0:7000   # all interfaces\n"
+                          "\tdata =  /srv/qim#1  \nmax_message_size = 256k\ndedupe_window = 36h\n"
+                          "log_level = debug\nservice_token = admin:0123456789abcdef0123\n"
+                          "api_key = k1:0x0102030405060708090a0b0c0d0e0f10\nnode_id = 5");
   char *flags[] = {"--config", file};
   qim_config c;
   load_ok(&c, NARGS(flags), flags, no_env);
@@ -244,18 +244,21 @@ static void file_fails(const char *text, const char *key, const char *fmt_msg) {
 
 static void test_file_unknown_key_is_an_error(void **state) {
   (void)state;
-  file_fails("# ok\nlisten = 127.0.0.1:1\nlisen = 1.2.3.4:5\n", "lisen", "config: %s:3: unknown key 'lisen'");
+  file_fails("# ok\nlisten = 127.0.0.1:1\nlisen = 1.2.3.4:5\n", "lisen",
+             "config: %s:3: unknown key 'lisen'");
   file_fails("config = other.conf\n", "config", "config: %s:1: unknown key 'config'");
 }
 
 static void test_file_line_without_equals_is_an_error(void **state) {
   (void)state;
-  file_fails("listen 127.0.0.1:1\n", "", "config: %s:1: expected 'key = value', got 'listen 127.0.0.1:1'");
+  file_fails("listen 127.0.0.1:1\n", "",
+             "config: %s:1: expected 'key = value', got 'listen 127.0.0.1:1'");
 }
 
 static void test_file_scalar_set_twice_is_an_error(void **state) {
   (void)state;
-  file_fails("node_id = 2\n\nnode_id = 3\n", "node_id", "config: node_id: set twice (lines 1 and 3) (from %s:3)");
+  file_fails("node_id = 2\n\nnode_id = 3\n", "node_id",
+             "config: node_id: set twice (lines 1 and 3) (from %s:3)");
 }
 
 static void test_file_bad_value_names_file_and_line(void **state) {
@@ -280,13 +283,16 @@ static void test_missing_file_is_an_error(void **state) {
   qim_config_error err;
   assert_int_equal(qim_config_load(&c, NARGS(flags), flags, no_env, &err), -ENOENT);
   assert_string_equal(err.key, "config");
-  assert_string_equal(err.message, "config: config: cannot read '/nonexistent/qim.conf': No such file or directory");
+  assert_string_equal(
+      err.message,
+      "config: config: cannot read '/nonexistent/qim.conf': No such file or directory");
 }
 
 static void test_empty_config_path_is_an_error(void **state) {
   (void)state;
   char *env[] = {"QIM_CONFIG=", NULL};
-  load_fails(0, NULL, env, "config", "config: config: expected a file path, got '' (from QIM_CONFIG)");
+  load_fails(0, NULL, env, "config",
+             "config: config: expected a file path, got '' (from QIM_CONFIG)");
   char *flags[] = {"--config", "a", "--config", "b"};
   load_fails(NARGS(flags), flags, no_env, "config", "config: config: given twice (from --config)");
 }
@@ -323,7 +329,8 @@ static void test_flag_given_twice_is_an_error(void **state) {
 static void test_bad_env_value_names_the_variable(void **state) {
   (void)state;
   char *env[] = {"QIM_LISTEN=x", NULL};
-  load_fails(0, NULL, env, "listen", "config: listen: expected HOST:PORT, got 'x' (from QIM_LISTEN)");
+  load_fails(0, NULL, env, "listen",
+             "config: listen: expected HOST:PORT, got 'x' (from QIM_LISTEN)");
 }
 
 static void test_unrelated_qim_env_is_ignored(void **state) {
@@ -343,81 +350,109 @@ typedef struct bad_case {
 
 static const bad_case bad_cases[] = {
     {"--listen", "x", "listen", "config: listen: expected HOST:PORT, got 'x' (from --listen)"},
-    {"--listen", "127.0.0.1", "listen", "config: listen: expected HOST:PORT, got '127.0.0.1' (from --listen)"},
-    {"--listen", "127.0.0.1:0", "listen", "config: listen: expected HOST:PORT, got '127.0.0.1:0' (from --listen)"},
+    {"--listen", "127.0.0.1", "listen",
+     "config: listen: expected HOST:PORT, got '127.0.0.1' (from --listen)"},
+    {"--listen", "127.0.0.1:0", "listen",
+     "config: listen: expected HOST:PORT, got '127.0.0.1:0' (from --listen)"},
     {"--listen", "127.0.0.1:65536", "listen",
      "config: listen: expected HOST:PORT, got '127.0.0.1:65536' (from --listen)"},
-    {"--listen", "bad_host:80", "listen", "config: listen: expected HOST:PORT, got 'bad_host:80' (from --listen)"},
-    {"--listen", "[::1:80", "listen", "config: listen: expected HOST:PORT, got '[::1:80' (from --listen)"},
+    {"--listen", "bad_host:80", "listen",
+     "config: listen: expected HOST:PORT, got 'bad_host:80' (from --listen)"},
+    {"--listen", "[::1:80", "listen",
+     "config: listen: expected HOST:PORT, got '[::1:80' (from --listen)"},
     {"--listen", ":80", "listen", "config: listen: expected HOST:PORT, got ':80' (from --listen)"},
-    {"--data", "", "data", "config: data: expected a path of 1 to 1023 bytes, got '' (from --data)"},
+    {"--data", "", "data",
+     "config: data: expected a path of 1 to 1023 bytes, got '' (from --data)"},
     {"--store", "postgres://x", "store",
-     "config: store: expected sqlite:PATH or redis://HOST:PORT[/DB] (DB 0-15), got 'postgres://x' (from --store)"},
+     "config: store: expected sqlite:PATH or redis://HOST:PORT[/DB] (DB 0-15), got 'postgres://x' "
+     "(from --store)"},
     {"--store", "sqlite:", "store",
-     "config: store: expected sqlite:PATH or redis://HOST:PORT[/DB] (DB 0-15), got 'sqlite:' (from --store)"},
-    {"--store", "redis://h:6379/16", "store",
-     "config: store: expected sqlite:PATH or redis://HOST:PORT[/DB] (DB 0-15), got 'redis://h:6379/16' (from "
+     "config: store: expected sqlite:PATH or redis://HOST:PORT[/DB] (DB 0-15), got 'sqlite:' (from "
      "--store)"},
-    {"--node-id", "0", "node_id", "config: node_id: expected an integer from 1 to 16777215, got '0' (from --node-id)"},
+    {"--store", "redis://h:6379/16", "store",
+     "config: store: expected sqlite:PATH or redis://HOST:PORT[/DB] (DB 0-15), got "
+     "'redis://h:6379/16' (from "
+     "--store)"},
+    {"--node-id", "0", "node_id",
+     "config: node_id: expected an integer from 1 to 16777215, got '0' (from --node-id)"},
     {"--node-id", "16777216", "node_id",
      "config: node_id: expected an integer from 1 to 16777215, got '16777216' (from --node-id)"},
-    {"--node-id", "-1", "node_id", "config: node_id: expected an integer from 1 to 16777215, got '-1' (from --node-id)"},
-    {"--node-id", "1x", "node_id", "config: node_id: expected an integer from 1 to 16777215, got '1x' (from --node-id)"},
+    {"--node-id", "-1", "node_id",
+     "config: node_id: expected an integer from 1 to 16777215, got '-1' (from --node-id)"},
+    {"--node-id", "1x", "node_id",
+     "config: node_id: expected an integer from 1 to 16777215, got '1x' (from --node-id)"},
     {"--node-id", "99999999999999999999", "node_id",
-     "config: node_id: expected an integer from 1 to 16777215, got '99999999999999999999' (from --node-id)"},
+     "config: node_id: expected an integer from 1 to 16777215, got '99999999999999999999' (from "
+     "--node-id)"},
     {"--io-threads", "0", "io_threads",
      "config: io_threads: expected an integer from 1 to 64, got '0' (from --io-threads)"},
     {"--max-message-size", "1023", "max_message_size",
-     "config: max_message_size: expected a size in bytes (k or m suffix allowed) from 1024 to 16777216, got "
+     "config: max_message_size: expected a size in bytes (k or m suffix allowed) from 1024 to "
+     "16777216, got "
      "'1023' (from --max-message-size)"},
     {"--max-message-size", "17m", "max_message_size",
-     "config: max_message_size: expected a size in bytes (k or m suffix allowed) from 1024 to 16777216, got "
+     "config: max_message_size: expected a size in bytes (k or m suffix allowed) from 1024 to "
+     "16777216, got "
      "'17m' (from --max-message-size)"},
     {"--inline-body-threshold", "4kb", "inline_body_threshold",
-     "config: inline_body_threshold: expected a size in bytes (k or m suffix allowed) from 0 to 16777216, got "
+     "config: inline_body_threshold: expected a size in bytes (k or m suffix allowed) from 0 to "
+     "16777216, got "
      "'4kb' (from --inline-body-threshold)"},
     {"--shard-count", "0", "shard_count",
      "config: shard_count: expected an integer from 1 to 4096, got '0' (from --shard-count)"},
     {"--lanes-per-shard", "65", "lanes_per_shard",
-     "config: lanes_per_shard: expected an integer from 1 to 64, got '65' (from --lanes-per-shard)"},
+     "config: lanes_per_shard: expected an integer from 1 to 64, got '65' (from "
+     "--lanes-per-shard)"},
     {"--dedupe-window", "7", "dedupe_window",
-     "config: dedupe_window: expected a duration from 1m to 365d (a number with ms, s, m, h or d), got '7' "
+     "config: dedupe_window: expected a duration from 1m to 365d (a number with ms, s, m, h or d), "
+     "got '7' "
      "(from --dedupe-window)"},
     {"--dedupe-window", "30s", "dedupe_window",
-     "config: dedupe_window: expected a duration from 1m to 365d (a number with ms, s, m, h or d), got '30s' "
+     "config: dedupe_window: expected a duration from 1m to 365d (a number with ms, s, m, h or d), "
+     "got '30s' "
      "(from --dedupe-window)"},
     {"--msg-delete-age", "0s", "msg_delete_age",
-     "config: msg_delete_age: expected a duration from 1s to 365d (a number with ms, s, m, h or d), got '0s' "
+     "config: msg_delete_age: expected a duration from 1s to 365d (a number with ms, s, m, h or "
+     "d), got '0s' "
      "(from --msg-delete-age)"},
     {"--member-limit", "1", "member_limit",
      "config: member_limit: expected an integer from 2 to 1000000, got '1' (from --member-limit)"},
     {"--api-key", "bad key", "api_key",
-     "config: api_key: expected KEY[:TENANT] (KEY of URL-safe characters, TENANT a non-zero number), got 'bad "
+     "config: api_key: expected KEY[:TENANT] (KEY of URL-safe characters, TENANT a non-zero "
+     "number), got 'bad "
      "key' (from --api-key)"},
     {"--api-key", "k:0", "api_key",
-     "config: api_key: expected KEY[:TENANT] (KEY of URL-safe characters, TENANT a non-zero number), got 'k:0' "
+     "config: api_key: expected KEY[:TENANT] (KEY of URL-safe characters, TENANT a non-zero "
+     "number), got 'k:0' "
      "(from --api-key)"},
     {"--api-key", "k:0x", "api_key",
-     "config: api_key: expected KEY[:TENANT] (KEY of URL-safe characters, TENANT a non-zero number), got 'k:0x' "
+     "config: api_key: expected KEY[:TENANT] (KEY of URL-safe characters, TENANT a non-zero "
+     "number), got 'k:0x' "
      "(from --api-key)"},
-    {"--api-key", "k:1,k:2", "api_key", "config: api_key: key 'k' is listed twice (from --api-key)"},
+    {"--api-key", "k:1,k:2", "api_key",
+     "config: api_key: key 'k' is listed twice (from --api-key)"},
     {"--api-key", "a,,b", "api_key",
      "config: api_key: expected KEY[:TENANT], got an empty entry in 'a,,b' (from --api-key)"},
     {"--service-token", "admin:short", "service_token",
-     "config: service_token: token for 'admin' must be 16 to 255 URL-safe characters (value not shown) (from "
+     "config: service_token: token for 'admin' must be 16 to 255 URL-safe characters (value not "
+     "shown) (from "
      "--service-token)"},
     {"--service-token", "0123456789abcdef0123", "service_token",
-     "config: service_token: expected SERVICE:TOKEN with SERVICE of URL-safe characters (value not shown) (from "
+     "config: service_token: expected SERVICE:TOKEN with SERVICE of URL-safe characters (value not "
+     "shown) (from "
      "--service-token)"},
     {"--service-token", "a:0123456789abcdef0123,a:0123456789abcdef0124", "service_token",
      "config: service_token: service 'a' or its token is listed twice (from --service-token)"},
     {"--token-lifetime", "59s", "token_lifetime",
-     "config: token_lifetime: expected a duration from 1m to 365d (a number with ms, s, m, h or d), got '59s' "
+     "config: token_lifetime: expected a duration from 1m to 365d (a number with ms, s, m, h or "
+     "d), got '59s' "
      "(from --token-lifetime)"},
     {"--login-min-length", "0", "login_min_length",
-     "config: login_min_length: expected an integer from 1 to 64, got '0' (from --login-min-length)"},
+     "config: login_min_length: expected an integer from 1 to 64, got '0' (from "
+     "--login-min-length)"},
     {"--password-min-length", "129", "password_min_length",
-     "config: password_min_length: expected an integer from 1 to 128, got '129' (from --password-min-length)"},
+     "config: password_min_length: expected an integer from 1 to 128, got '129' (from "
+     "--password-min-length)"},
     {"--send-rate", "0", "send_rate",
      "config: send_rate: expected an integer from 1 to 1000000, got '0' (from --send-rate)"},
     {"--send-burst", "", "send_burst",
@@ -425,11 +460,14 @@ static const bad_case bad_cases[] = {
     {"--login-rate", "1e3", "login_rate",
      "config: login_rate: expected an integer from 1 to 1000000, got '1e3' (from --login-rate)"},
     {"--login-burst", "1000001", "login_burst",
-     "config: login_burst: expected an integer from 1 to 1000000, got '1000001' (from --login-burst)"},
+     "config: login_burst: expected an integer from 1 to 1000000, got '1000001' (from "
+     "--login-burst)"},
     {"--log-level", "verbose", "log_level",
-     "config: log_level: expected one of debug, info, warn, error, got 'verbose' (from --log-level)"},
+     "config: log_level: expected one of debug, info, warn, error, got 'verbose' (from "
+     "--log-level)"},
     {"--clock-tolerance", "61s", "clock_tolerance",
-     "config: clock_tolerance: expected a duration from 0ms to 1m (a number with ms, s, m, h or d), got '61s' "
+     "config: clock_tolerance: expected a duration from 0ms to 1m (a number with ms, s, m, h or "
+     "d), got '61s' "
      "(from --clock-tolerance)"},
 };
 
@@ -447,15 +485,17 @@ static void test_too_many_api_keys_is_an_error(void **state) {
   for (int i = 0; i <= QIM_CONFIG_MAX_API_KEYS; i++)
     snprintf(list + strlen(list), sizeof list - strlen(list), "%sk%d", i ? "," : "", i);
   char *argv[] = {"--api-key", list};
-  load_fails(2, argv, no_env, "api_key", "config: api_key: at most 32 keys are allowed (from --api-key)");
+  load_fails(2, argv, no_env, "api_key",
+             "config: api_key: at most 32 keys are allowed (from --api-key)");
 }
 
 static void test_inline_threshold_above_message_size_is_an_error(void **state) {
   (void)state;
   char *env[] = {"QIM_INLINE_BODY_THRESHOLD=200000", NULL};
-  load_fails(0, NULL, env, "inline_body_threshold",
-             "config: inline_body_threshold: must not exceed max_message_size (131072), got 200000 (from "
-             "QIM_INLINE_BODY_THRESHOLD)");
+  load_fails(
+      0, NULL, env, "inline_body_threshold",
+      "config: inline_body_threshold: must not exceed max_message_size (131072), got 200000 (from "
+      "QIM_INLINE_BODY_THRESHOLD)");
   char *flags[] = {"--max-message-size", "256k"};
   qim_config c;
   load_ok(&c, NARGS(flags), flags, env);
@@ -503,10 +543,22 @@ static void test_service_token_names_its_service(void **state) {
 static void test_written_config_reads_back_identically(void **state) {
   (void)state;
   char *dir = qim_test_tmpdir("config");
-  char *argv[] = {"--listen",          "[::1]:7001",    "--data",         "/d",
-                  "--store",           "redis://r:1/3", "--api-key",      "x:0x100000000000000000000000000000ff,y:7",
-                  "--msg-delete-age",  "90m",           "--log-level",    "warn",
-                  "--clock-tolerance", "250ms",         "--io-threads",   "3"};
+  char *argv[] = {"--listen",
+                  "[::1]:7001",
+                  "--data",
+                  "/d",
+                  "--store",
+                  "redis://r:1/3",
+                  "--api-key",
+                  "x:0x100000000000000000000000000000ff,y:7",
+                  "--msg-delete-age",
+                  "90m",
+                  "--log-level",
+                  "warn",
+                  "--clock-tolerance",
+                  "250ms",
+                  "--io-threads",
+                  "3"};
   qim_config c, d;
   load_ok(&c, NARGS(argv), argv, no_env);
   char *path = NULL;
@@ -541,8 +593,10 @@ static void test_help_lists_every_documented_flag(void **state) {
   FILE *f = fmemopen(buf, sizeof buf - 1, "w");
   qim_config_write_help(f);
   fclose(f);
-  const char *want[] = {"--listen HOST:PORT", "--data DIR", "--config FILE", "--store URL", "--node-id N",
-                        "QIM_LISTEN", "QIM_DATA", "sqlite:<data>/qim.db", "redis://", "--clock-tolerance"};
+  const char *want[] = {"--listen HOST:PORT", "--data DIR",           "--config FILE",
+                        "--store URL",        "--node-id N",          "QIM_LISTEN",
+                        "QIM_DATA",           "sqlite:<data>/qim.db", "redis://",
+                        "--clock-tolerance"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     if (!strstr(buf, want[i])) fail_msg("help lacks '%s'", want[i]);
 }
