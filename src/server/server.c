@@ -29,7 +29,8 @@ void qim_server_log(const qim_config *cfg, qim_log_level level, const char *even
   char line[2048];
   clock_gettime(CLOCK_REALTIME, &ts);
   gmtime_r(&ts.tv_sec, &tm);
-  int n = snprintf(line, sizeof line, "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s event=%s",
+  int n = snprintf(line, sizeof line,
+                   "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s event=%s trace=-",
                    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                    ts.tv_nsec / 1000000, level_name(level), event);
   if (n > 0 && (size_t)n < sizeof line - 2 && fmt && *fmt) {
@@ -39,11 +40,14 @@ void qim_server_log(const qim_config *cfg, qim_log_level level, const char *even
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
   }
-  /* One fputs of a whole line, so lines from several threads never interleave. */
+  /* Control bytes become '?' so a value cannot forge a line; one write() per line keeps
+   * lines from several threads whole. */
   size_t len = strnlen(line, sizeof line - 2);
+  for (size_t i = 0; i < len; i++)
+    if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f) line[i] = '?';
   line[len] = '\n';
-  line[len + 1] = '\0';
-  fputs(line, stderr);
+  ssize_t w = write(STDERR_FILENO, line, len + 1);
+  (void)w;
 }
 
 const char *qim_server_log_quote(const char *v, char *out, size_t cap) {

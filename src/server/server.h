@@ -35,7 +35,7 @@ void qim_server_close(qim_server *s);
 /*
  * One key=value log line on stderr: "ts=... level=LEVEL event=EVENT" then `fmt`.
  * Values with spaces, quotes or '=' must go through qim_server_log_quote.
- * (Stands in for core/log.c until the server is wired to it.)
+ * Same form as qim_log (core/log.c); stands in for it until the server is wired to it.
  */
 void qim_server_log(const qim_config *cfg, qim_log_level level, const char *event, const char *fmt,
                     ...) __attribute__((format(printf, 4, 5)));
