@@ -33,7 +33,9 @@ test-san: san
 	@rm -rf build-san/errlog && mkdir -p build-san/errlog
 	cd build-san && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS)
 
-test: test-gcc test-san
+# Both builds always run, so one failure does not hide the other's results.
+test: deps
+	@status=0; $(MAKE) test-gcc || status=1; $(MAKE) test-san || status=1; exit $$status
 
 clean:
 	rm -rf build build-san
