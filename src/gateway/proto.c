@@ -53,10 +53,10 @@ static int fail_silent(dec *d, const char *field, const char *detail) {
   return fail(d, field, detail);
 }
 
-#define TRY(expr)              \
-  do {                         \
-    int rc_ = (expr);          \
-    if (rc_ < 0) return rc_;   \
+#define TRY(expr)            \
+  do {                       \
+    int rc_ = (expr);        \
+    if (rc_ < 0) return rc_; \
   } while (0)
 
 /* ---- typed getters --------------------------------------------------------------- */
@@ -177,7 +177,9 @@ static int get_tags(dec *d, json_t *obj, qim_proto_tags *out) {
   const char **v = msg_alloc(d->m, (json_array_size(arr) + 1) * sizeof *v);
   size_t i;
   json_t *e;
-  json_array_foreach(arr, i, e) TRY(check_str(d, e, "tags", QIM_PROTO_STR_MAX, &v[i]));
+  json_array_foreach(arr, i, e) {
+    TRY(check_str(d, e, "tags", QIM_PROTO_STR_MAX, &v[i]));
+  }
   out->present = true;
   out->v = v;
   out->n = json_array_size(arr);
@@ -201,7 +203,9 @@ static int get_creds(dec *d, json_t *obj, qim_proto_creds *out) {
   qim_proto_cred *v = msg_alloc(d->m, (json_array_size(arr) + 1) * sizeof *v);
   size_t i;
   json_t *e;
-  json_array_foreach(arr, i, e) TRY(dec_cred(d, e, "cred", &v[i]));
+  json_array_foreach(arr, i, e) {
+    TRY(dec_cred(d, e, "cred", &v[i]));
+  }
   out->v = v;
   out->n = json_array_size(arr);
   return 0;
@@ -253,7 +257,8 @@ static int dec_set_query(dec *d, json_t *o, qim_proto_set_query *q) {
   TRY(get_tags(d, o, &q->tags));
   TRY(get_cred_one(d, o, &q->has_cred, &q->cred));
   TRY(get_object(d, o, "aux", &q->aux));
-  q->what = (q->desc.present ? QIM_PROTO_WHAT_DESC : 0) | (q->sub.present ? QIM_PROTO_WHAT_SUB : 0) |
+  q->what = (q->desc.present ? QIM_PROTO_WHAT_DESC : 0) |
+            (q->sub.present ? QIM_PROTO_WHAT_SUB : 0) |
             (q->tags.present ? QIM_PROTO_WHAT_TAGS : 0) | (q->has_cred ? QIM_PROTO_WHAT_CRED : 0) |
             (q->aux ? QIM_PROTO_WHAT_AUX : 0);
   return 0;
@@ -269,7 +274,8 @@ static int get_opts(dec *d, json_t *obj, const char *key, qim_proto_get_opts *ou
   TRY(get_str(d, o, "topic", QIM_PROTO_NAME_MAX, &out->topic));
   TRY(get_str(d, o, "ims", QIM_PROTO_NAME_MAX, &ims));
   if (ims) {
-    if (qim_proto_ts_parse(ims, strlen(ims), &out->ims_ms) < 0) return fail(d, "ims", "bad timestamp");
+    if (qim_proto_ts_parse(ims, strlen(ims), &out->ims_ms) < 0)
+      return fail(d, "ims", "bad timestamp");
     out->has_ims = true;
   }
   TRY(get_uint(d, o, "since", &out->since));
@@ -353,7 +359,9 @@ static int dec_sub(dec *d, json_t *p) {
   return 0;
 }
 
-static int dec_leave(dec *d, json_t *p) { return get_bool(d, p, "unsub", &d->m->u.leave.unsub); }
+static int dec_leave(dec *d, json_t *p) {
+  return get_bool(d, p, "unsub", &d->m->u.leave.unsub);
+}
 
 static int dec_pub(dec *d, json_t *p) {
   qim_proto_pub *u = &d->m->u.pub;
@@ -519,8 +527,11 @@ static int dec_extra(dec *d, json_t *root) {
   size_t i;
   json_t *e;
   const char *s;
-  if (x->attachments)
-    json_array_foreach(x->attachments, i, e) TRY(check_str(d, e, "attachments", QIM_PROTO_STR_MAX, &s));
+  if (x->attachments) {
+    json_array_foreach(x->attachments, i, e) {
+      TRY(check_str(d, e, "attachments", QIM_PROTO_STR_MAX, &s));
+    }
+  }
   TRY(get_str(d, o, "obo", QIM_PROTO_NAME_MAX, &x->obo));
   return get_str(d, o, "authlevel", QIM_PROTO_NAME_MAX, &x->authlevel);
 }
@@ -583,8 +594,8 @@ int qim_proto_decode(const char *buf, size_t len, unsigned max_depth, qim_proto_
       err->detail = "out of memory";
       return -ENOMEM;
     }
-    return fail(&d, "", json_error_code(&jerr) == json_error_duplicate_key ? "duplicate key"
-                                                                           : "unparsable");
+    bool dup = json_error_code(&jerr) == json_error_duplicate_key;
+    return fail(&d, "", dup ? "duplicate key" : "unparsable");
   }
   int rc = dec_envelope(&d, out->_root);
   if (rc < 0) qim_proto_msg_free(out);

@@ -33,10 +33,10 @@
 
 /* ---- limits ---------------------------------------------------------------- */
 
-#define QIM_PROTO_DEPTH_DEFAULT 32   /* nesting of {} and [], the envelope counts as 1 */
-#define QIM_PROTO_NAME_MAX 64        /* bytes: id, topic, user, cred method */
+#define QIM_PROTO_DEPTH_DEFAULT 32 /* nesting of {} and [], the envelope counts as 1 */
+#define QIM_PROTO_NAME_MAX 64      /* bytes: id, topic, user, scheme, ver, lang, mode... */
 #define QIM_PROTO_NAME_CAP (QIM_PROTO_NAME_MAX + 1)
-#define QIM_PROTO_STR_MAX 512        /* bytes: ua, dev, ver, cursor, tags, cred values... */
+#define QIM_PROTO_STR_MAX 512        /* bytes: ua, dev, token, cursor, tags, cred values... */
 #define QIM_PROTO_SECRET_MAX 4096    /* bytes of base64 text in secret / tmpsecret */
 #define QIM_PROTO_INT_MAX 0x7FFFFFFF /* every JSON number we accept is in [0, 2^31) */
 #define QIM_PROTO_RANGES_MAX 1024    /* entries of ranges[] / delseq[] */
@@ -324,7 +324,7 @@ typedef struct qim_proto_note {
 
 /* qim extension {sync}: pull the caller's mailbox (docs/protocol.md). */
 typedef struct qim_proto_sync {
-  const char *cursor; /* opaque signed token; NULL = from the start */
+  const char *cursor;        /* opaque signed token; NULL = from the start */
   uint32_t limit, max_bytes; /* 0 = server default */
 } qim_proto_sync;
 
@@ -340,8 +340,8 @@ typedef struct qim__proto_block qim__proto_block; /* private allocation chain */
 typedef struct qim_proto_msg {
   qim_proto_kind kind;
   char id[QIM_PROTO_NAME_CAP]; /* the request id exactly as received; "" = none */
-  const char *topic; /* sub, leave, pub, get, set, note: always set; del: set unless
-                        what is user/cred; NULL otherwise */
+  const char *topic;           /* sub, leave, pub, get, set, note: always set; del: set unless
+                                  what is user/cred; NULL otherwise */
   qim_proto_extra extra;
   union {
     qim_proto_hi hi;
@@ -363,15 +363,15 @@ typedef struct qim_proto_msg {
 
 /* Why a frame was refused; filled by qim_proto_decode() on failure. */
 typedef struct qim_proto_error {
-  int code;          /* {ctrl} code to answer with: 400 */
-  const char *text;  /* {ctrl} text: "malformed" (static) */
+  int code;                       /* {ctrl} code to answer with: 400 */
+  const char *text;               /* {ctrl} text: "malformed" (static) */
   char id[QIM_PROTO_NAME_CAP];    /* the request id when one could be found, else "" */
   char topic[QIM_PROTO_NAME_CAP]; /* the request topic when one could be found, else "" */
-  qim_proto_kind kind; /* the payload key when it was identified, else NONE */
+  qim_proto_kind kind;            /* the payload key when it was identified, else NONE */
   /* True when Tinode drops this frame without any reply: a {note} that parsed but
    * fails a semantic gate (unknown what, missing topic, seq where none belongs...). */
   bool silent;
-  const char *field;  /* static: the offending key ("seq", "delseq[].low", ...) or "" */
+  const char *field;  /* static: the offending key, innermost ("seq", "low", "id"...), or "" */
   const char *detail; /* static, for logs: "not an integer", "too deep", ... */
 } qim_proto_error;
 
@@ -520,7 +520,7 @@ typedef struct qim_proto_info_frame {
   const char *topic; /* required */
   const char *src;   /* only when topic is "me" */
   const char *from;
-  const char *what;  /* required */
+  const char *what; /* required */
   uint32_t seq;
   const char *event;
   const json_t *payload;

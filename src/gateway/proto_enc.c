@@ -53,9 +53,13 @@ void qim__pbuf_put(qim__pbuf *b, const char *s, size_t n) {
   b->len += n;
 }
 
-void qim__pbuf_puts(qim__pbuf *b, const char *s) { qim__pbuf_put(b, s, strlen(s)); }
+void qim__pbuf_puts(qim__pbuf *b, const char *s) {
+  qim__pbuf_put(b, s, strlen(s));
+}
 
-void qim__pbuf_putc(qim__pbuf *b, char c) { qim__pbuf_put(b, &c, 1); }
+void qim__pbuf_putc(qim__pbuf *b, char c) {
+  qim__pbuf_put(b, &c, 1);
+}
 
 void qim__pbuf_u64(qim__pbuf *b, uint64_t v) {
   char tmp[20];
@@ -90,18 +94,18 @@ static size_t utf8_seq_len(const unsigned char *p) {
 
 /* Writes the escape for an ASCII byte that cannot appear raw in a JSON string. */
 static void put_escape(qim__pbuf *b, unsigned char c) {
+  /* Pairs of (byte, letter) for the two-character escapes JSON has. */
+  static const char pairs[] = "\"\"\\\\\bb\ff\nn\rr\tt";
   static const char hex[] = "0123456789abcdef";
-  char esc[7] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], 0};
-  switch (c) {
-    case '"': qim__pbuf_put(b, "\\\"", 2); return;
-    case '\\': qim__pbuf_put(b, "\\\\", 2); return;
-    case '\b': qim__pbuf_put(b, "\\b", 2); return;
-    case '\f': qim__pbuf_put(b, "\\f", 2); return;
-    case '\n': qim__pbuf_put(b, "\\n", 2); return;
-    case '\r': qim__pbuf_put(b, "\\r", 2); return;
-    case '\t': qim__pbuf_put(b, "\\t", 2); return;
-    default: qim__pbuf_put(b, esc, 6); return;
+  for (size_t i = 0; i + 1 < sizeof pairs; i += 2) {
+    if ((unsigned char)pairs[i] == c) {
+      char esc[2] = {'\\', pairs[i + 1]};
+      qim__pbuf_put(b, esc, 2);
+      return;
+    }
   }
+  char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+  qim__pbuf_put(b, esc, 6);
 }
 
 void qim__pbuf_jstr(qim__pbuf *b, const char *s) {

@@ -208,8 +208,8 @@ int qim_proto_ts_parse(const char *s, size_t len, uint64_t *out_ms) {
   }
   int64_t offset;
   if (parse_zone(s, len, i, &offset) < 0) return -EINVAL;
-  int64_t secs = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec -
-                 offset;
+  int64_t secs =
+      days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec - offset;
   if (secs < 0) return -EINVAL;
   *out_ms = (uint64_t)secs * 1000 + frac;
   return 0;
@@ -317,39 +317,47 @@ int qim_proto_cmid_parse(const char *s, size_t len, qim_client_message_id *out) 
 
 /* ---- name tables ------------------------------------------------------------------ */
 
+/* Tinode's texts (PROTOCOL.md §7, server/datamodel.go); the generic one where a code
+ * has several. */
+static const struct code_text {
+  int code;
+  const char *text;
+} code_texts[] = {
+    {200, "ok"},
+    {201, "created"},
+    {202, "accepted"},
+    {204, "no content"},
+    {205, "evicted"},
+    {208, "delivered"},
+    {300, "validate credentials"},
+    {301, "auth reset"},
+    {303, "use other"},
+    {304, "no action"},
+    {307, "found"},
+    {400, "malformed"},
+    {401, "authentication required"},
+    {403, "permission denied"},
+    {404, "not found"},
+    {405, "operation or method not allowed"},
+    {406, "invalid response"},
+    {408, "disconnected"},
+    {409, "command out of sequence"},
+    {410, "gone"},
+    {413, "too large"},
+    {422, "policy violation"},
+    {429, "too many requests"},
+    {486, "busy here"},
+    {500, "internal error"},
+    {501, "not implemented"},
+    {502, "cluster unreachable"},
+    {503, "service unavailable"},
+    {505, "version not supported"},
+};
+
 const char *qim_proto_code_text(int code) {
-  switch (code) {
-    case 200: return "ok";
-    case 201: return "created";
-    case 202: return "accepted";
-    case 204: return "no content";
-    case 205: return "evicted";
-    case 208: return "delivered";
-    case 300: return "validate credentials";
-    case 301: return "auth reset";
-    case 303: return "use other";
-    case 304: return "no action";
-    case 307: return "found";
-    case 400: return "malformed";
-    case 401: return "authentication required";
-    case 403: return "permission denied";
-    case 404: return "not found";
-    case 405: return "operation or method not allowed";
-    case 406: return "invalid response";
-    case 408: return "disconnected";
-    case 409: return "command out of sequence";
-    case 410: return "gone";
-    case 413: return "too large";
-    case 422: return "policy violation";
-    case 429: return "too many requests";
-    case 486: return "busy here";
-    case 500: return "internal error";
-    case 501: return "not implemented";
-    case 502: return "cluster unreachable";
-    case 503: return "service unavailable";
-    case 505: return "version not supported";
-    default: return "";
-  }
+  for (size_t i = 0; i < sizeof code_texts / sizeof code_texts[0]; i++)
+    if (code_texts[i].code == code) return code_texts[i].text;
+  return "";
 }
 
 const char *qim_proto_kind_name(qim_proto_kind kind) {
@@ -360,11 +368,8 @@ const char *qim_proto_kind_name(qim_proto_kind kind) {
 }
 
 const char *qim_proto_event_type_name(qim_event_type t) {
-  switch (t) {
-    case QIM_EVENT_TYPE_MESSAGE: return "message";
-    case QIM_EVENT_TYPE_MENTION: return "mention";
-    case QIM_EVENT_TYPE_MEMBERSHIP: return "membership";
-    case QIM_EVENT_TYPE_CONTROL: return "control";
-    default: return "";
-  }
+  /* Indexed by the enum value: types.h numbers the event types 0-3 in this order. */
+  static const char *const names[] = {"message", "mention", "membership", "control"};
+  if ((unsigned)t >= sizeof names / sizeof names[0]) return "";
+  return names[t];
 }

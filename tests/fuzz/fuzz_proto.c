@@ -39,8 +39,11 @@ static void check_decoded(const qim_proto_msg *m) {
   size_t len;
   check_frame(qim_proto_ctrl(m->id, m->topic, 200, "ok", NULL, 0, &len), len);
   if (m->kind == QIM_PROTO_PUB) {
-    qim_proto_data_frame d = {.topic = m->topic, .from = "usrFuzz", .seq = 1,
-                              .head = m->u.pub.head, .content = m->u.pub.content};
+    qim_proto_data_frame d = {.topic = m->topic,
+                              .from = "usrFuzz",
+                              .seq = 1,
+                              .head = m->u.pub.head,
+                              .content = m->u.pub.content};
     check_frame(qim_proto_data(&d, &len), len);
   }
   if (m->kind == QIM_PROTO_GET && m->u.get.q.data.has_ranges) {

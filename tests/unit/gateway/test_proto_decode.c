@@ -45,9 +45,10 @@ static void assert_json_str(const json_t *obj, const char *key, const char *want
 static void test_hi_from_the_sdk_decodes_every_field(void **state) {
   (void)state;
   qim_proto_msg m;
-  decode_ok("{'hi':{'id':'106186','ver':'0.25.3','ua':'capture (undefined); tinodejs/0.25.3',"
-            "'lang':'xx','platf':'web','dev':'fcm-token','bkg':true,'device':'dev-7f3a'}}",
-            &m);
+  decode_ok(
+      "{'hi':{'id':'106186','ver':'0.25.3','ua':'capture (undefined); tinodejs/0.25.3',"
+      "'lang':'xx','platf':'web','dev':'fcm-token','bkg':true,'device':'dev-7f3a'}}",
+      &m);
   assert_int_equal(m.kind, QIM_PROTO_HI);
   assert_string_equal(m.id, "106186");
   assert_null(m.topic);
@@ -78,12 +79,14 @@ static void test_hi_minimal_leaves_absent_fields_null(void **state) {
 static void test_acc_create_with_login_decodes_secret_desc_tags_cred(void **state) {
   (void)state;
   qim_proto_msg m;
-  decode_ok("{'acc':{'id':'106187','user':'new','scheme':'basic','secret':'Ym9ibXg1enV0ODU6Ym9iMTIz',"
-            "'login':true,'desc':{'public':{'fn':'Bob'},'private':{'comment':'me'},"
-            "'defacs':{'auth':'JRWPAS','anon':'N'}},'tags':['alice','bob'],"
-            "'cred':[{'meth':'email','val':'bob@example.com','params':{'lang':'en'}},{'meth':'tel','resp':'123'}],"
-            "'token':'tok','tmpscheme':'code','tmpsecret':'MTIzNA==','status':'ok','authlevel':'auth'}}",
-            &m);
+  decode_ok(
+      "{'acc':{'id':'106187','user':'new','scheme':'basic','secret':'Ym9ibXg1enV0ODU6Ym9iMTIz',"
+      "'login':true,'desc':{'public':{'fn':'Bob'},'private':{'comment':'me'},"
+      "'defacs':{'auth':'JRWPAS','anon':'N'}},'tags':['alice','bob'],"
+      "'cred':[{'meth':'email','val':'bob@example.com','params':{'lang':'en'}},{'meth':'tel','resp'"
+      ":'123'}],"
+      "'token':'tok','tmpscheme':'code','tmpsecret':'MTIzNA==','status':'ok','authlevel':'auth'}}",
+      &m);
   const qim_proto_acc *a = &m.u.acc;
   assert_int_equal(m.kind, QIM_PROTO_ACC);
   assert_string_equal(m.id, "106187");
@@ -123,7 +126,8 @@ static void test_acc_create_with_login_decodes_secret_desc_tags_cred(void **stat
 static void test_acc_defacs_absent_members_are_unset(void **state) {
   (void)state;
   qim_proto_msg m;
-  decode_ok("{'acc':{'id':'1','user':'new','scheme':'anonymous','desc':{'defacs':{'auth':''}}}}", &m);
+  decode_ok("{'acc':{'id':'1','user':'new','scheme':'anonymous','desc':{'defacs':{'auth':''}}}}",
+            &m);
   assert_true(m.u.acc.desc.has_defacs);
   assert_int_equal(m.u.acc.desc.defacs_auth, QIM_MODE_UNSET);
   assert_int_equal(m.u.acc.desc.defacs_anon, QIM_MODE_UNSET);
@@ -143,9 +147,10 @@ static void test_login_basic_and_token_decode_secret_bytes(void **state) {
   assert_memory_equal(m.u.login.secret, "bobmx5zut85:bob123", 18);
   qim_proto_msg_free(&m);
 
-  decode_ok("{'login':{'id':'7','scheme':'token','secret':'AAEC/w==',"
-            "'cred':[{'meth':'email','resp':'123456'}]}}",
-            &m);
+  decode_ok(
+      "{'login':{'id':'7','scheme':'token','secret':'AAEC/w==',"
+      "'cred':[{'meth':'email','resp':'123456'}]}}",
+      &m);
   assert_str(m.u.login.scheme, "token");
   assert_int_equal(m.u.login.secret_len, 4);
   assert_memory_equal(m.u.login.secret, "\x00\x01\x02\xff", 4);
@@ -180,18 +185,20 @@ static void test_sub_me_with_get_sub_desc(void **state) {
 static void test_sub_new_group_decodes_set_and_get_options(void **state) {
   (void)state;
   qim_proto_msg m;
-  decode_ok("{'sub':{'id':'107683','topic':'new107683','bkg':true,"
-            "'set':{'desc':{'public':{'fn':'Test group'},'defacs':{'auth':'JRWPS','anon':'N'}},"
-            "'sub':{'mode':'JRWPASDO'},'tags':['work'],'aux':{'pin':[1]}},"
-            "'get':{'what':'data sub desc','data':{'limit':24,'since':3,'before':40},"
-            "'desc':{'ims':'2015-10-06T18:07:29.841Z'},'sub':{'user':'usrAbc','topic':'grpX','limit':10}}}}",
-            &m);
+  decode_ok(
+      "{'sub':{'id':'107683','topic':'new107683','bkg':true,"
+      "'set':{'desc':{'public':{'fn':'Test group'},'defacs':{'auth':'JRWPS','anon':'N'}},"
+      "'sub':{'mode':'JRWPASDO'},'tags':['work'],'aux':{'pin':[1]}},"
+      "'get':{'what':'data sub desc','data':{'limit':24,'since':3,'before':40},"
+      "'desc':{'ims':'2015-10-06T18:07:29.841Z'},'sub':{'user':'usrAbc','topic':'grpX','limit':10}}"
+      "}}",
+      &m);
   const qim_proto_sub *s = &m.u.sub;
   assert_str(m.topic, "new107683");
   assert_true(s->bkg);
   assert_true(s->set.present);
-  assert_int_equal(s->set.what,
-                   QIM_PROTO_WHAT_DESC | QIM_PROTO_WHAT_SUB | QIM_PROTO_WHAT_TAGS | QIM_PROTO_WHAT_AUX);
+  assert_int_equal(s->set.what, QIM_PROTO_WHAT_DESC | QIM_PROTO_WHAT_SUB | QIM_PROTO_WHAT_TAGS |
+                                    QIM_PROTO_WHAT_AUX);
   assert_json_str(s->set.desc.public_data, "fn", "Test group");
   assert_int_equal(s->set.desc.defacs_auth, 0x2F);
   assert_int_equal(s->set.desc.defacs_anon, QIM_MODE_NONE);
@@ -246,10 +253,11 @@ static void test_leave_with_unsub(void **state) {
 static void test_pub_keeps_head_and_content_as_json_and_parses_cmid(void **state) {
   (void)state;
   qim_proto_msg m;
-  decode_ok("{'pub':{'id':'106190','topic':'grpF6JOFv9koaE','noecho':true,"
-            "'head':{'replace':':1','mime':'text/x-drafty'},"
-            "'content':{'txt':'hi','fmt':[{'tp':'ST','at':0,'len':2}]},'cmid':'AAECAwQFBgcICQoLDA0ODw'}}",
-            &m);
+  decode_ok(
+      "{'pub':{'id':'106190','topic':'grpF6JOFv9koaE','noecho':true,"
+      "'head':{'replace':':1','mime':'text/x-drafty'},"
+      "'content':{'txt':'hi','fmt':[{'tp':'ST','at':0,'len':2}]},'cmid':'AAECAwQFBgcICQoLDA0ODw'}}",
+      &m);
   const qim_proto_pub *p = &m.u.pub;
   assert_int_equal(m.kind, QIM_PROTO_PUB);
   assert_true(p->noecho);
@@ -291,9 +299,10 @@ static void test_pub_content_outlives_the_message_when_increfed(void **state) {
 static void test_get_data_with_ranges_as_the_sdk_pages(void **state) {
   (void)state;
   qim_proto_msg m;
-  decode_ok("{'get':{'id':'106200','topic':'grpX','what':'data',"
-            "'data':{'ranges':[{'low':1,'hi':31},{'low':40}],'limit':10}}}",
-            &m);
+  decode_ok(
+      "{'get':{'id':'106200','topic':'grpX','what':'data',"
+      "'data':{'ranges':[{'low':1,'hi':31},{'low':40}],'limit':10}}}",
+      &m);
   const qim_proto_get_query *q = &m.u.get.q;
   assert_int_equal(m.kind, QIM_PROTO_GET);
   assert_int_equal(q->what, QIM_PROTO_WHAT_DATA);
@@ -314,7 +323,8 @@ static void test_get_what_ignores_unknown_words_and_extra_spaces(void **state) {
   assert_int_equal(m.u.get.q.what, QIM_PROTO_WHAT_DEL | QIM_PROTO_WHAT_TAGS | QIM_PROTO_WHAT_CRED |
                                        QIM_PROTO_WHAT_AUX | QIM_PROTO_WHAT_DESC);
   qim_proto_msg_free(&m);
-  decode_ok("{'get':{'id':'2','topic':'grpX','what':'del','del':{'since':1,'before':9,'limit':20}}}", &m);
+  decode_ok(
+      "{'get':{'id':'2','topic':'grpX','what':'del','del':{'since':1,'before':9,'limit':20}}}", &m);
   assert_true(m.u.get.q.del.present);
   assert_int_equal(m.u.get.q.del.since, 1);
   assert_int_equal(m.u.get.q.del.before, 9);
@@ -331,9 +341,10 @@ static void test_set_reports_which_parts_were_sent(void **state) {
   assert_str(m.u.set.q.sub.user, "usrY");
   assert_int_equal(m.u.set.q.sub.mode, QIM_MODE_JOIN | QIM_MODE_READ | QIM_MODE_WRITE);
   qim_proto_msg_free(&m);
-  decode_ok("{'set':{'id':'2','topic':'me','desc':{'private':{'arch':true}},'tags':[],"
-            "'cred':{'meth':'email','val':'x@y.z'}}}",
-            &m);
+  decode_ok(
+      "{'set':{'id':'2','topic':'me','desc':{'private':{'arch':true}},'tags':[],"
+      "'cred':{'meth':'email','val':'x@y.z'}}}",
+      &m);
   assert_int_equal(m.u.set.q.what, QIM_PROTO_WHAT_DESC | QIM_PROTO_WHAT_TAGS | QIM_PROTO_WHAT_CRED);
   assert_true(json_is_true(json_object_get(m.u.set.q.desc.private_data, "arch")));
   assert_true(m.u.set.q.tags.present);
@@ -347,8 +358,9 @@ static void test_set_reports_which_parts_were_sent(void **state) {
 static void test_del_messages_soft_and_hard(void **state) {
   (void)state;
   qim_proto_msg m;
-  decode_ok("{'del':{'id':'106201','topic':'grpX','what':'msg','delseq':[{'low':3},{'low':5,'hi':8}]}}",
-            &m);
+  decode_ok(
+      "{'del':{'id':'106201','topic':'grpX','what':'msg','delseq':[{'low':3},{'low':5,'hi':8}]}}",
+      &m);
   assert_int_equal(m.kind, QIM_PROTO_DEL);
   assert_str(m.topic, "grpX");
   assert_int_equal(m.u.del.what, QIM_PROTO_DEL_MSG);
@@ -407,7 +419,9 @@ static void test_notes_decode_and_never_carry_an_id(void **state) {
   decode_ok("{'note':{'topic':'grpX','what':'kpv'}}", &m);
   assert_int_equal(m.u.note.what, QIM_PROTO_NOTE_KPV);
   qim_proto_msg_free(&m);
-  decode_ok("{'note':{'topic':'usrB','what':'call','seq':3,'event':'offer','payload':{'sdp':'v=0'}}}", &m);
+  decode_ok(
+      "{'note':{'topic':'usrB','what':'call','seq':3,'event':'offer','payload':{'sdp':'v=0'}}}",
+      &m);
   assert_int_equal(m.u.note.what, QIM_PROTO_NOTE_CALL);
   assert_str(m.u.note.event, "offer");
   assert_json_str(m.u.note.payload, "sdp", "v=0");
@@ -436,9 +450,10 @@ static void test_sync_request_decodes_cursor_and_limits(void **state) {
 static void test_extra_beside_the_payload_is_decoded(void **state) {
   (void)state;
   qim_proto_msg m;
-  decode_ok("{'pub':{'id':'1','topic':'grpX','content':'x'},"
-            "'extra':{'attachments':['/v0/file/s/abc.jpg'],'obo':'usrRoot','authlevel':'auth'}}",
-            &m);
+  decode_ok(
+      "{'pub':{'id':'1','topic':'grpX','content':'x'},"
+      "'extra':{'attachments':['/v0/file/s/abc.jpg'],'obo':'usrRoot','authlevel':'auth'}}",
+      &m);
   assert_int_equal(m.kind, QIM_PROTO_PUB);
   assert_true(m.extra.present);
   assert_int_equal(json_array_size(m.extra.attachments), 1);
@@ -450,9 +465,10 @@ static void test_extra_beside_the_payload_is_decoded(void **state) {
 static void test_null_means_absent_everywhere(void **state) {
   (void)state;
   qim_proto_msg m;
-  decode_ok("{'hi':null,'pub':{'id':null,'topic':'grpX','noecho':null,'head':null,'content':null,"
-            "'cmid':null},'extra':null}",
-            &m);
+  decode_ok(
+      "{'hi':null,'pub':{'id':null,'topic':'grpX','noecho':null,'head':null,'content':null,"
+      "'cmid':null},'extra':null}",
+      &m);
   assert_int_equal(m.kind, QIM_PROTO_PUB);
   assert_string_equal(m.id, "");
   assert_false(m.u.pub.noecho);
@@ -493,7 +509,8 @@ static void test_largest_accepted_numbers(void **state) {
   decode_ok("{'note':{'topic':'grpX','what':'read','seq':2147483647,'unread':2147483647}}", &m);
   assert_int_equal(m.u.note.seq, 2147483647u);
   qim_proto_msg_free(&m);
-  decode_ok("{'get':{'id':'1','topic':'t','what':'data','data':{'since':0,'limit':2147483647}}}", &m);
+  decode_ok("{'get':{'id':'1','topic':'t','what':'data','data':{'since':0,'limit':2147483647}}}",
+            &m);
   assert_int_equal(m.u.get.q.data.limit, 2147483647u);
   qim_proto_msg_free(&m);
 }
@@ -525,8 +542,10 @@ static void test_depth_limit_counts_brackets_outside_strings(void **state) {
   free(ok);
   free(deep);
   /* Brackets inside strings, escaped quotes included, do not count. */
-  decode_ok("{'pub':{'topic':'t','content':'[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\'{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{'}}",
-            &m);
+  decode_ok(
+      "{'pub':{'topic':'t','content':'[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\'{{{{{{{{{{{{{{{{{{"
+      "{{{{{{{{{{{{{{{{{{{'}}",
+      &m);
   qim_proto_msg_free(&m);
 }
 
@@ -556,7 +575,9 @@ static void test_free_accepts_null_zeroed_and_freed_messages(void **state) {
 /* jansson's allocator, failing the n-th call: the decoder must report the failure
  * (or succeed, once n is past what the frame needs) and never leak or crash. */
 static int alloc_countdown;
-static void *failing_malloc(size_t n) { return --alloc_countdown == 0 ? NULL : malloc(n); }
+static void *failing_malloc(size_t n) {
+  return --alloc_countdown == 0 ? NULL : malloc(n);
+}
 
 static void test_jansson_out_of_memory_is_enomem(void **state) {
   (void)state;

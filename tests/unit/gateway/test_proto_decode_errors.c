@@ -57,7 +57,8 @@ static const err_case cases[] = {
     /* id itself: wrong type or too long means there is nothing to echo. */
     {"{'hi':{'id':5,'ver':'0.25'}}", NOID, "id", 0, 0},
     {"{'hi':{'id':['1']}}", NOID, "id", 0, 0},
-    {"{'hi':{'id':'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}}", NOID, "id", 0, 0},
+    {"{'hi':{'id':'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}}", NOID,
+     "id", 0, 0},
     /* extra. */
     {"{'hi':{'id':'1'},'extra':5}", "1", "extra", 0, 0},
     {"{'hi':{'id':'1'},'extra':{'attachments':'a'}}", "1", "attachments", 0, 0},
@@ -136,7 +137,8 @@ static const err_case cases[] = {
     {"{'sub':{'id':'4','topic':'t','get':{'data':{'ranges':5}}}}", "4", "ranges", 0, 0},
     {"{'sub':{'id':'4','topic':'t','get':{'data':{'ranges':[5]}}}}", "4", "ranges", 0, 0},
     {"{'sub':{'id':'4','topic':'t','get':{'data':{'ranges':[{'low':-1}]}}}}", "4", "low", 0, 0},
-    {"{'sub':{'id':'4','topic':'t','get':{'data':{'ranges':[{'low':1,'hi':'2'}]}}}}", "4", "hi", 0, 0},
+    {"{'sub':{'id':'4','topic':'t','get':{'data':{'ranges':[{'low':1,'hi':'2'}]}}}}", "4", "hi", 0,
+     0},
     {"{'sub':{'id':'4','topic':'t','get':{'del':{'before':2147483648}}}}", "4", "before", 0, 0},
     /* leave. */
     {"{'leave':{'id':'5'}}", "5", "topic", 0, 0},
@@ -219,8 +221,8 @@ static void test_every_bad_frame_is_refused_as_the_table_says(void **state) {
     int want_rc = c->rc ? c->rc : -EINVAL;
     if (rc != want_rc || strcmp(e.id, c->id) || (c->field && strcmp(e.field, c->field)) ||
         e.silent != (c->silent != 0))
-      print_error("row %zu: %s -> rc %d id '%s' field '%s' (%s) silent %d\n", i, f, rc, e.id, e.field,
-                  e.detail, e.silent);
+      print_error("row %zu: %s -> rc %d id '%s' field '%s' (%s) silent %d\n", i, f, rc, e.id,
+                  e.field, e.detail, e.silent);
     assert_int_equal(rc, want_rc);
     assert_string_equal(e.id, c->id);
     if (c->field) assert_string_equal(e.field, c->field);
@@ -284,11 +286,13 @@ static void test_lists_are_bounded(void **state) {
   (void)state;
   check_list_limit("{\"del\":{\"id\":\"1\",\"topic\":\"t\",\"delseq\":[", "{\"low\":1}",
                    QIM_PROTO_RANGES_MAX, "]}}", "delseq");
-  check_list_limit("{\"get\":{\"id\":\"1\",\"topic\":\"t\",\"what\":\"data\",\"data\":{\"ranges\":[",
-                   "{\"low\":1,\"hi\":2}", QIM_PROTO_RANGES_MAX, "]}}}", "ranges");
-  check_list_limit("{\"acc\":{\"id\":\"1\",\"tags\":[", "\"tag\"", QIM_PROTO_TAGS_MAX, "]}}", "tags");
-  check_list_limit("{\"login\":{\"id\":\"1\",\"cred\":[", "{\"meth\":\"email\"}", QIM_PROTO_CREDS_MAX,
-                   "]}}", "cred");
+  check_list_limit(
+      "{\"get\":{\"id\":\"1\",\"topic\":\"t\",\"what\":\"data\",\"data\":{\"ranges\":[",
+      "{\"low\":1,\"hi\":2}", QIM_PROTO_RANGES_MAX, "]}}}", "ranges");
+  check_list_limit("{\"acc\":{\"id\":\"1\",\"tags\":[", "\"tag\"", QIM_PROTO_TAGS_MAX, "]}}",
+                   "tags");
+  check_list_limit("{\"login\":{\"id\":\"1\",\"cred\":[", "{\"meth\":\"email\"}",
+                   QIM_PROTO_CREDS_MAX, "]}}", "cred");
   check_list_limit("{\"hi\":{\"id\":\"1\"},\"extra\":{\"attachments\":[", "\"/f\"",
                    QIM_PROTO_ATTACHMENTS_MAX, "]}}", "attachments");
 }
@@ -325,7 +329,8 @@ static void test_strings_are_bounded(void **state) {
   check_string_limit("{\"hi\":{\"id\":\"1\",\"device\":\"%s\"}}", QIM_PROTO_NAME_MAX, "device");
   check_string_limit("{\"sync\":{\"id\":\"1\",\"cursor\":\"%s\"}}", QIM_PROTO_STR_MAX, "cursor");
   /* 4096 base64 characters is the largest secret (3072 bytes). */
-  check_string_limit("{\"login\":{\"id\":\"1\",\"secret\":\"%s\"}}", QIM_PROTO_SECRET_MAX, "secret");
+  check_string_limit("{\"login\":{\"id\":\"1\",\"secret\":\"%s\"}}", QIM_PROTO_SECRET_MAX,
+                     "secret");
 }
 
 static void test_topic_too_long_still_echoes_the_id(void **state) {

@@ -70,7 +70,8 @@ static void test_ctrl_omits_empty_fields_but_keeps_code_and_ts(void **state) {
 static void test_ctrl_sub_create_reply_names_the_real_topic(void **state) {
   (void)state;
   size_t len = 0;
-  json_t *params = js("{'acs':{'want':'JRWPASDO','given':'JRWPASDO','mode':'JRWPASDO'},'tmpname':'new123'}");
+  json_t *params =
+      js("{'acs':{'want':'JRWPASDO','given':'JRWPASDO','mode':'JRWPASDO'},'tmpname':'new123'}");
   assert_frame(qim_proto_ctrl("107683", "grpYiqEXb4QY6s", 200, "ok", params, TS, &len), &len,
                "{'ctrl':{'id':'107683','topic':'grpYiqEXb4QY6s','code':200,'text':'ok',"
                "'params':{'acs':{'want':'JRWPASDO','given':'JRWPASDO','mode':'JRWPASDO'},"
@@ -90,13 +91,14 @@ static void test_ctrl_sub_create_reply_names_the_real_topic(void **state) {
 static void test_ctrl_escapes_strings_and_replaces_bad_utf8(void **state) {
   (void)state;
   size_t len = 0;
-  assert_frame(qim_proto_ctrl("a\"b\\c/\x01\n\t\r\b\f", "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 400,
-                              "bad \xff\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80 end", NULL, TS, &len),
-               &len,
-               "{'ctrl':{'id':'a\\'b\\\\c/\\u0001\\n\\t\\r\\b\\f',"
-               "'topic':'\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80','code':400,"
-               "'text':'bad \\ufffd\\ufffd\\ufffd \\ufffd\\ufffd\\ufffd \\ufffd\\ufffd\\ufffd\\ufffd end',"
-               "'ts':'2015-10-06T18:07:29.841Z'}}");
+  assert_frame(
+      qim_proto_ctrl("a\"b\\c/\x01\n\t\r\b\f", "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 400,
+                     "bad \xff\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80 end", NULL, TS, &len),
+      &len,
+      "{'ctrl':{'id':'a\\'b\\\\c/\\u0001\\n\\t\\r\\b\\f',"
+      "'topic':'\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80','code':400,"
+      "'text':'bad \\ufffd\\ufffd\\ufffd \\ufffd\\ufffd\\ufffd \\ufffd\\ufffd\\ufffd\\ufffd end',"
+      "'ts':'2015-10-06T18:07:29.841Z'}}");
 }
 
 static void test_ctrl_error_from_a_failed_decode(void **state) {
@@ -117,8 +119,8 @@ static void test_ctrl_error_from_a_failed_decode(void **state) {
 static void test_data_frame_with_head_and_json_content(void **state) {
   (void)state;
   json_t *head = js("{'replace':':1'}"), *content = js("{'txt':'hi','fmt':[{'tp':'ST','len':2}]}");
-  qim_proto_data_frame d = {.topic = "grpX", .from = "usrAlice", .ts_ms = TS, .seq = 7,
-                            .head = head, .content = content};
+  qim_proto_data_frame d = {
+      .topic = "grpX", .from = "usrAlice", .ts_ms = TS, .seq = 7, .head = head, .content = content};
   size_t len = 0;
   assert_frame(qim_proto_data(&d, &len), &len,
                "{'data':{'topic':'grpX','from':'usrAlice','ts':'2015-10-06T18:07:29.841Z','seq':7,"
@@ -131,13 +133,20 @@ static void test_data_frame_keeps_topic_seq_ts_and_splices_raw_content(void **st
   (void)state;
   size_t len = 0;
   qim_proto_data_frame d = {.content_raw = "\"plain text\"", .content_raw_len = 12};
-  assert_frame(qim_proto_data(&d, &len), &len,
-               "{'data':{'topic':'','ts':'1970-01-01T00:00:00.000Z','seq':0,'content':'plain text'}}");
+  assert_frame(
+      qim_proto_data(&d, &len), &len,
+      "{'data':{'topic':'','ts':'1970-01-01T00:00:00.000Z','seq':0,'content':'plain text'}}");
   json_t *empty = json_object(), *str = json_string("json wins");
-  qim_proto_data_frame e = {.topic = "usrBob", .ts_ms = TS, .seq = 1, .head = empty, .content = str,
-                            .content_raw = "[1]", .content_raw_len = 3};
-  assert_frame(qim_proto_data(&e, &len), &len,
-               "{'data':{'topic':'usrBob','ts':'2015-10-06T18:07:29.841Z','seq':1,'content':'json wins'}}");
+  qim_proto_data_frame e = {.topic = "usrBob",
+                            .ts_ms = TS,
+                            .seq = 1,
+                            .head = empty,
+                            .content = str,
+                            .content_raw = "[1]",
+                            .content_raw_len = 3};
+  assert_frame(
+      qim_proto_data(&e, &len), &len,
+      "{'data':{'topic':'usrBob','ts':'2015-10-06T18:07:29.841Z','seq':1,'content':'json wins'}}");
   json_decref(empty);
   json_decref(str);
 }
@@ -147,9 +156,18 @@ static void test_meta_desc_full_and_minimal(void **state) {
   json_t *pub = js("{'fn':'Test group'}"), *priv = js("{'arch':true}");
   qim_proto_defacs defacs = {.auth = 0x2F, .anon = QIM_MODE_NONE};
   qim_proto_acs acs = {.want = 0xFF, .given = 0xFF, .mode = 0xFF};
-  qim_proto_topic_desc d = {.created_ms = TS, .updated_ms = TS + 1, .touched_ms = TS + 2,
-                            .online = true, .defacs = &defacs, .acs = &acs, .seq = 6, .read = 3,
-                            .recv = 6, .clear = 2, .subcnt = 4, .public_data = pub,
+  qim_proto_topic_desc d = {.created_ms = TS,
+                            .updated_ms = TS + 1,
+                            .touched_ms = TS + 2,
+                            .online = true,
+                            .defacs = &defacs,
+                            .acs = &acs,
+                            .seq = 6,
+                            .read = 3,
+                            .recv = 6,
+                            .clear = 2,
+                            .subcnt = 4,
+                            .public_data = pub,
                             .private_data = priv};
   size_t len = 0;
   assert_frame(qim_proto_meta_desc("106189", "grpX", TS, &d, &len), &len,
@@ -178,19 +196,28 @@ static void test_meta_sub_me_listing_entry(void **state) {
   qim_proto_acs mode_only = qim_proto_acs_unset();
   mode_only.mode = 0x03;
   qim_proto_topic_sub subs[] = {
-      {.topic = "grpF6JOFv9koaE", .updated_ms = TS, .touched_ms = TS + 1000, .acs = &acs, .seq = 6,
-       .read = 3, .recv = 6, .clear = 2, .public_data = pub, .online = true},
+      {.topic = "grpF6JOFv9koaE",
+       .updated_ms = TS,
+       .touched_ms = TS + 1000,
+       .acs = &acs,
+       .seq = 6,
+       .read = 3,
+       .recv = 6,
+       .clear = 2,
+       .public_data = pub,
+       .online = true},
       {.user = "usrB", .acs = &mode_only, .deleted_ms = TS, .seen_ua = "x"},
   };
   size_t len = 0;
-  assert_frame(qim_proto_meta_sub("106189", "me", TS, subs, 2, &len), &len,
-               "{'meta':{'id':'106189','topic':'me','ts':'2015-10-06T18:07:29.841Z','sub':["
-               "{'updated':'2015-10-06T18:07:29.841Z','online':true,"
-               "'acs':{'want':'JRWPS','given':'JRWPS','mode':'JRWPS'},'read':3,'recv':6,"
-               "'public':{'fn':'Test group'},'topic':'grpF6JOFv9koaE',"
-               "'touched':'2015-10-06T18:07:30.841Z','seq':6,'clear':2},"
-               "{'deleted':'2015-10-06T18:07:29.841Z','acs':{'mode':'JR'},'user':'usrB','seen':{'ua':'x'}}"
-               "]}}");
+  assert_frame(
+      qim_proto_meta_sub("106189", "me", TS, subs, 2, &len), &len,
+      "{'meta':{'id':'106189','topic':'me','ts':'2015-10-06T18:07:29.841Z','sub':["
+      "{'updated':'2015-10-06T18:07:29.841Z','online':true,"
+      "'acs':{'want':'JRWPS','given':'JRWPS','mode':'JRWPS'},'read':3,'recv':6,"
+      "'public':{'fn':'Test group'},'topic':'grpF6JOFv9koaE',"
+      "'touched':'2015-10-06T18:07:30.841Z','seq':6,'clear':2},"
+      "{'deleted':'2015-10-06T18:07:29.841Z','acs':{'mode':'JR'},'user':'usrB','seen':{'ua':'x'}}"
+      "]}}");
   assert_frame(qim_proto_meta_sub("2", "grpX", 0, NULL, 0, &len), &len,
                "{'meta':{'id':'2','topic':'grpX','sub':[]}}");
   json_decref(pub);
@@ -221,17 +248,28 @@ static void test_meta_del_tags_cred_aux(void **state) {
 static void test_pres_variants(void **state) {
   (void)state;
   size_t len = 0;
-  qim_proto_pres_frame acs = {.topic = "grpX", .src = "usrNew", .what = "acs", .dacs_want = "+JRWPS",
+  qim_proto_pres_frame acs = {.topic = "grpX",
+                              .src = "usrNew",
+                              .what = "acs",
+                              .dacs_want = "+JRWPS",
                               .dacs_given = "+JRWPS"};
   assert_frame(qim_proto_pres(&acs, &len), &len,
-               "{'pres':{'topic':'grpX','src':'usrNew','what':'acs','dacs':{'want':'+JRWPS','given':'+JRWPS'}}}");
+               "{'pres':{'topic':'grpX','src':'usrNew','what':'acs','dacs':{'want':'+JRWPS','given'"
+               ":'+JRWPS'}}}");
   qim_proto_range r[] = {{4, 0}};
-  qim_proto_pres_frame del = {.topic = "grpX", .src = "usrA", .what = "del", .clear = 3, .delseq = r,
-                              .delseq_n = 1};
-  assert_frame(qim_proto_pres(&del, &len), &len,
-               "{'pres':{'topic':'grpX','src':'usrA','what':'del','clear':3,'delseq':[{'low':4}]}}");
-  qim_proto_pres_frame msg = {.topic = "me", .src = "grpX", .what = "msg", .seq = 9, .act = "usrA",
-                              .ua = "sdk/1", .tgt = "usrT", .dacs_given = "-D"};
+  qim_proto_pres_frame del = {
+      .topic = "grpX", .src = "usrA", .what = "del", .clear = 3, .delseq = r, .delseq_n = 1};
+  assert_frame(
+      qim_proto_pres(&del, &len), &len,
+      "{'pres':{'topic':'grpX','src':'usrA','what':'del','clear':3,'delseq':[{'low':4}]}}");
+  qim_proto_pres_frame msg = {.topic = "me",
+                              .src = "grpX",
+                              .what = "msg",
+                              .seq = 9,
+                              .act = "usrA",
+                              .ua = "sdk/1",
+                              .tgt = "usrT",
+                              .dacs_given = "-D"};
   assert_frame(qim_proto_pres(&msg, &len), &len,
                "{'pres':{'topic':'me','src':'grpX','what':'msg','ua':'sdk/1','seq':9,'tgt':'usrT',"
                "'act':'usrA','dacs':{'given':'-D'}}}");
@@ -246,11 +284,17 @@ static void test_info_relays_a_note(void **state) {
   assert_frame(qim_proto_info(&i, &len), &len,
                "{'info':{'topic':'grpX','from':'usrA','what':'read','seq':5}}");
   json_t *payload = js("{'sdp':'v=0'}");
-  qim_proto_info_frame call = {.topic = "me", .src = "usrB", .from = "usrB", .what = "call", .seq = 2,
-                               .event = "offer", .payload = payload};
-  assert_frame(qim_proto_info(&call, &len), &len,
-               "{'info':{'topic':'me','src':'usrB','from':'usrB','what':'call','seq':2,'event':'offer',"
-               "'payload':{'sdp':'v=0'}}}");
+  qim_proto_info_frame call = {.topic = "me",
+                               .src = "usrB",
+                               .from = "usrB",
+                               .what = "call",
+                               .seq = 2,
+                               .event = "offer",
+                               .payload = payload};
+  assert_frame(
+      qim_proto_info(&call, &len), &len,
+      "{'info':{'topic':'me','src':'usrB','from':'usrB','what':'call','seq':2,'event':'offer',"
+      "'payload':{'sdp':'v=0'}}}");
   json_decref(payload);
 }
 
@@ -260,23 +304,44 @@ static void test_sync_reply_uses_strings_for_64_bit_values(void **state) {
   for (int i = 0; i < 16; i++) cmid.b[i] = (uint8_t)i;
   json_t *content = js("{'txt':'hi'}");
   qim_proto_sync_entry entries[] = {
-      {.event_id = 18446744073709551615ull, .type = QIM_EVENT_TYPE_MESSAGE, .topic = "grpX", .seq = 7,
-       .from = "usrA", .ts_ms = TS, .cmid = &cmid, .body_included = true, .content = content},
-      {.event_id = 256, .type = QIM_EVENT_TYPE_CONTROL, .topic = "grpX", .ts_ms = TS,
-       .body_included = false, .content = content},
-      {.event_id = 512, .type = QIM_EVENT_TYPE_MEMBERSHIP, .topic = "grpY", .body_included = true,
-       .content_raw = "{\"join\":\"usrC\"}", .content_raw_len = 15},
+      {.event_id = 18446744073709551615ull,
+       .type = QIM_EVENT_TYPE_MESSAGE,
+       .topic = "grpX",
+       .seq = 7,
+       .from = "usrA",
+       .ts_ms = TS,
+       .cmid = &cmid,
+       .body_included = true,
+       .content = content},
+      {.event_id = 256,
+       .type = QIM_EVENT_TYPE_CONTROL,
+       .topic = "grpX",
+       .ts_ms = TS,
+       .body_included = false,
+       .content = content},
+      {.event_id = 512,
+       .type = QIM_EVENT_TYPE_MEMBERSHIP,
+       .topic = "grpY",
+       .body_included = true,
+       .content_raw = "{\"join\":\"usrC\"}",
+       .content_raw_len = 15},
   };
-  qim_proto_sync_frame s = {.id = "s1", .entries = entries, .n = 3, .covered = 1099511627776ull,
-                            .watermark = 9007199254740993ull, .more = true, .cursor = "tok.sig"};
+  qim_proto_sync_frame s = {.id = "s1",
+                            .entries = entries,
+                            .n = 3,
+                            .covered = 1099511627776ull,
+                            .watermark = 9007199254740993ull,
+                            .more = true,
+                            .cursor = "tok.sig"};
   size_t len = 0;
-  assert_frame(qim_proto_sync_reply(&s, &len), &len,
-               "{'sync':{'id':'s1','entries':["
-               "{'event_id':'18446744073709551615','type':'message','topic':'grpX','seq':7,'from':'usrA',"
-               "'ts':'2015-10-06T18:07:29.841Z','cmid':'AAECAwQFBgcICQoLDA0ODw','content':{'txt':'hi'}},"
-               "{'event_id':'256','type':'control','topic':'grpX','ts':'2015-10-06T18:07:29.841Z'},"
-               "{'event_id':'512','type':'membership','topic':'grpY','content':{'join':'usrC'}}],"
-               "'covered':'1099511627776','watermark':'9007199254740993','more':true,'cursor':'tok.sig'}}");
+  assert_frame(
+      qim_proto_sync_reply(&s, &len), &len,
+      "{'sync':{'id':'s1','entries':["
+      "{'event_id':'18446744073709551615','type':'message','topic':'grpX','seq':7,'from':'usrA',"
+      "'ts':'2015-10-06T18:07:29.841Z','cmid':'AAECAwQFBgcICQoLDA0ODw','content':{'txt':'hi'}},"
+      "{'event_id':'256','type':'control','topic':'grpX','ts':'2015-10-06T18:07:29.841Z'},"
+      "{'event_id':'512','type':'membership','topic':'grpY','content':{'join':'usrC'}}],"
+      "'covered':'1099511627776','watermark':'9007199254740993','more':true,'cursor':'tok.sig'}}");
   qim_proto_sync_frame empty = {.id = "s2"};
   assert_frame(qim_proto_sync_reply(&empty, &len), &len,
                "{'sync':{'id':'s2','entries':[],'covered':'0','watermark':'0'}}");
@@ -295,8 +360,9 @@ static void test_large_content_grows_the_buffer(void **state) {
   char *f = qim_proto_data(&d, &len);
   assert_non_null(f);
   assert_int_equal(len, strlen(f));
-  assert_int_equal(len, n + strlen("{\"data\":{\"topic\":\"grpX\",\"ts\":\"2015-10-06T18:07:29.841Z\","
-                                   "\"seq\":1,\"content\":\"\"}}"));
+  assert_int_equal(len,
+                   n + strlen("{\"data\":{\"topic\":\"grpX\",\"ts\":\"2015-10-06T18:07:29.841Z\","
+                              "\"seq\":1,\"content\":\"\"}}"));
   qim_free(f);
   json_decref(content);
   free(big);
@@ -304,18 +370,20 @@ static void test_large_content_grows_the_buffer(void **state) {
 
 static void test_encode_then_decode_a_pub_content_round_trips(void **state) {
   (void)state;
-  const char *frame = "{\"pub\":{\"id\":\"1\",\"topic\":\"grpX\",\"content\":"
-                      "{\"txt\":\"h\\u00e9 \\\"q\\\"\",\"n\":[1,-2,3.5,true,null]}}}";
+  const char *frame =
+      "{\"pub\":{\"id\":\"1\",\"topic\":\"grpX\",\"content\":"
+      "{\"txt\":\"h\\u00e9 \\\"q\\\"\",\"n\":[1,-2,3.5,true,null]}}}";
   qim_proto_msg m;
   qim_proto_error e;
   assert_int_equal(qim_proto_decode(frame, strlen(frame), 0, &m, &e), 0);
-  qim_proto_data_frame d = {.topic = m.topic, .from = "usrA", .ts_ms = TS, .seq = 3,
-                            .content = m.u.pub.content};
+  qim_proto_data_frame d = {
+      .topic = m.topic, .from = "usrA", .ts_ms = TS, .seq = 3, .content = m.u.pub.content};
   size_t len = 0;
   char *out = qim_proto_data(&d, &len);
   json_t *back = json_loadb(out, len, 0, NULL);
   assert_non_null(back);
-  assert_true(json_equal(json_object_get(json_object_get(back, "data"), "content"), m.u.pub.content));
+  assert_true(
+      json_equal(json_object_get(json_object_get(back, "data"), "content"), m.u.pub.content));
   json_decref(back);
   qim_free(out);
   qim_proto_msg_free(&m);

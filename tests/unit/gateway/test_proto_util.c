@@ -25,8 +25,8 @@ static void test_mode_parse_reads_letters_in_any_order_and_case(void **state) {
   (void)state;
   assert_int_equal(parse_ok("JRWPASDO"), 0xFF);
   assert_int_equal(parse_ok("ODSAPWRJ"), 0xFF);
-  assert_int_equal(parse_ok("jrwps"), QIM_MODE_JOIN | QIM_MODE_READ | QIM_MODE_WRITE | QIM_MODE_PRES |
-                                          QIM_MODE_SHARE);
+  assert_int_equal(parse_ok("jrwps"),
+                   QIM_MODE_JOIN | QIM_MODE_READ | QIM_MODE_WRITE | QIM_MODE_PRES | QIM_MODE_SHARE);
   assert_int_equal(parse_ok("JJR"), QIM_MODE_JOIN | QIM_MODE_READ);
   assert_int_equal(parse_ok("N"), QIM_MODE_NONE);
   assert_int_equal(parse_ok("n"), QIM_MODE_NONE);
@@ -234,11 +234,11 @@ static void test_cmid_round_trips_and_has_one_spelling(void **state) {
 static void test_cmid_parse_rejects_bad_spellings(void **state) {
   (void)state;
   const char *bad[] = {"",
-                       "AAAAAAAAAAAAAAAAAAAAAA",   /* all zero: not a valid ClientMessageId */
-                       "AAAAAAAAAAAAAAAAAAAAAR",   /* trailing bits set: non-canonical */
-                       "AAAAAAAAAAAAAAAAAAAAA",    /* 21 chars */
-                       "AAAAAAAAAAAAAAAAAAAAAQA",  /* 23 chars */
-                       "AAAAAAAAAAAAAAAAAAAA+Q",   /* standard alphabet */
+                       "AAAAAAAAAAAAAAAAAAAAAA",  /* all zero: not a valid ClientMessageId */
+                       "AAAAAAAAAAAAAAAAAAAAAR",  /* trailing bits set: non-canonical */
+                       "AAAAAAAAAAAAAAAAAAAAA",   /* 21 chars */
+                       "AAAAAAAAAAAAAAAAAAAAAQA", /* 23 chars */
+                       "AAAAAAAAAAAAAAAAAAAA+Q",  /* standard alphabet */
                        "AAAAAAAAAAAAAAAAAAAA=Q",
                        "00112233445566778899aabbccddeeff"}; /* hex is not the chosen form */
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
