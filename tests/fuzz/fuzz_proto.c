@@ -7,8 +7,13 @@
  * encoder turns it back into valid JSON (the reply to a bad frame, and for a pub the
  * {data} frame built from its head and content). The pure helpers (modes, timestamps,
  * hi.ver, cmid) get the same bytes too. Seeds: tests/fuzz/corpus/proto/.
- * Build (until the fuzz targets are wired into CMake): clang -fsanitize=fuzzer,address,
- * undefined -Iinclude -Isrc tests/fuzz/fuzz_proto.c <libqim.a> -ljansson ...
+ * Not registered in CMake yet. By hand, after `make san` (the proto sources are compiled
+ * again here so they get coverage instrumentation; the rest comes from libqim):
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -std=c17 -Iinclude -Isrc \
+ *     tests/fuzz/fuzz_proto.c src/gateway/proto.c src/gateway/proto_enc.c \
+ *     src/gateway/proto_util.c build-san/src/libqim.a build-san/libqim_blake3.a \
+ *     -ljansson -lsodium -lcrypto -lm -lpthread -o fuzz_proto
+ *   ./fuzz_proto -max_len=4096 CORPUS_COPY tests/fuzz/corpus/proto
  */
 #include <stdint.h>
 #include <stdlib.h>
