@@ -20,6 +20,9 @@
  *     strings QIM_PROTO_STR_MAX; lists are bounded too (QIM_PROTO_*_MAX).
  * A network probe (the text frame "1") is not JSON and must be answered by the
  * transport before this decoder is called.
+ *
+ * Every function here is reentrant and keeps no global state, so any thread may call
+ * it (jansson's own allocator hooks are the process's business, not ours).
  */
 #ifndef QIM_GATEWAY_PROTO_H
 #define QIM_GATEWAY_PROTO_H

@@ -304,8 +304,9 @@ char *qim_proto_ctrl(const char *id, const char *topic, int code, const char *te
   f_str(&b, "id", id);
   f_str(&b, "topic", topic);
   key(&b, "code");
-  if (code < 0) qim__pbuf_putc(&b, '-'), code = -code; /* never valid, but stay well-formed */
-  qim__pbuf_u64(&b, (uint64_t)code);
+  int64_t c = code; /* a negative code is never valid, but the frame stays well-formed */
+  if (c < 0) qim__pbuf_putc(&b, '-');
+  qim__pbuf_u64(&b, (uint64_t)(c < 0 ? -c : c));
   f_str(&b, "text", text);
   f_json_nonempty(&b, "params", params);
   f_ts_always(&b, "ts", ts_ms);

@@ -4,6 +4,7 @@
  * escaping, timestamps, and that every output parses back as JSON.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,13 @@ static void test_ctrl_sub_create_reply_names_the_real_topic(void **state) {
   assert_non_null(f);
   qim_free(f);
   json_decref(params);
+}
+
+static void test_ctrl_with_a_negative_code_is_still_valid_json(void **state) {
+  (void)state;
+  size_t len = 0;
+  assert_frame(qim_proto_ctrl(NULL, NULL, INT_MIN, NULL, NULL, 0, &len), &len,
+               "{'ctrl':{'code':-2147483648,'ts':'1970-01-01T00:00:00.000Z'}}");
 }
 
 static void test_ctrl_escapes_strings_and_replaces_bad_utf8(void **state) {
@@ -394,6 +402,7 @@ int main(void) {
       cmocka_unit_test(test_ctrl_hi_reply_with_params),
       cmocka_unit_test(test_ctrl_omits_empty_fields_but_keeps_code_and_ts),
       cmocka_unit_test(test_ctrl_sub_create_reply_names_the_real_topic),
+      cmocka_unit_test(test_ctrl_with_a_negative_code_is_still_valid_json),
       cmocka_unit_test(test_ctrl_escapes_strings_and_replaces_bad_utf8),
       cmocka_unit_test(test_ctrl_error_from_a_failed_decode),
       cmocka_unit_test(test_data_frame_with_head_and_json_content),
