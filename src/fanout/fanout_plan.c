@@ -5,6 +5,7 @@
  * reads a clock, a random source or the store, which is what makes replays byte-identical.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,37 @@ void qim_fanout_plan_free(qim_fanout_plan *p) {
   for (size_t i = 0; i < p->dispatch_count; i++) qim_group_dispatch_free(&p->dispatches[i]);
   qim_free(p->dispatches);
   *p = (qim_fanout_plan){0};
+}
+
+/* ---- the users a membership Control names ------------------------------------------------ */
+
+/* Bound on the users one membership Control may name (the group size limit is far below). */
+#define MEMBERSHIP_USERS_MAX 1000000
+
+void qim_fanout_membership_users(const qim_message_content *c, qim_user_id **out, size_t *count) {
+  *out = NULL;
+  *count = 0;
+  if (c->message_type != QIM_MESSAGE_TYPE_CONTROL || !c->custom_type ||
+      strcmp(c->custom_type, QIM_FANOUT_MEMBERSHIP_TYPE) != 0 || c->payload_or_ciphertext.n == 0)
+    return;
+  json_t *root = json_loadb((const char *)c->payload_or_ciphertext.p, c->payload_or_ciphertext.n,
+                            JSON_REJECT_DUPLICATES, NULL);
+  json_t *changes = root ? json_object_get(root, "changes") : NULL;
+  size_t n = json_is_array(changes) ? json_array_size(changes) : 0;
+  if (n > MEMBERSHIP_USERS_MAX) n = 0;
+  qim_user_id *users = n ? qim_malloc(n * sizeof *users) : NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *name = json_string_value(json_object_get(json_array_get(changes, i), "user"));
+    if (name && qim_user_id_parse(name, strlen(name), &users[k]) == 0) k++;
+  }
+  json_decref(root);
+  if (k == 0) {
+    qim_free(users);
+    users = NULL;
+  }
+  *out = users;
+  *count = k;
 }
 
 /* ---- redaction and the determinism check ------------------------------------------------ */
