@@ -25,7 +25,9 @@ static inline void fx_envelope(qim_committed_envelope *e, qim_conversation_id co
   in->key.sender_id = fx_user(1);
   in->key.client_message_id.b[15] = (uint8_t)seq;
   in->key.client_message_id.b[0] = 1;
-  for (int i = 0; i < 16; i++) in->coordinates.message_id.b[i] = (uint8_t)(i * 7 + seq);
+  /* unique per (conversation, seq): 8 bytes of the conversation, 8 of the seq */
+  for (int i = 0; i < 8; i++) in->coordinates.message_id.b[i] = (uint8_t)(conv.v.lo >> (56 - 8 * i));
+  for (int i = 0; i < 8; i++) in->coordinates.message_id.b[8 + i] = (uint8_t)(seq >> (56 - 8 * i));
   in->coordinates.conversation_id = conv;
   in->coordinates.conversation_seq = seq;
   in->coordinates.last_activity_id.b[3] = (uint8_t)seq;
