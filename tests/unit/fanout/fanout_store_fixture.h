@@ -147,6 +147,25 @@ FX_FN uint64_t fx_consumer(qim_store *s) {
   return r.out_offset;
 }
 
+/* The outbox's first offset and the offset after its last record (the store numbers
+ * records densely but need not start at 0). */
+FX_FN uint64_t fx_outbox_first(qim_store *s) {
+  qim_store_log_read_req r = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .from = 0, .max = 1};
+  assert_int_equal(QIM_STORE_SYNC(s, logs.read, &r), 0);
+  uint64_t first = r.out_count ? r.out_records[0].offset : r.out_end;
+  for (size_t i = 0; i < r.out_count; i++) qim_store_log_record_free(&r.out_records[i]);
+  qim_free(r.out_records);
+  return first;
+}
+
+FX_FN uint64_t fx_outbox_end(qim_store *s) {
+  qim_store_log_read_req r = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .from = 0, .max = 1};
+  assert_int_equal(QIM_STORE_SYNC(s, logs.read, &r), 0);
+  for (size_t i = 0; i < r.out_count; i++) qim_store_log_record_free(&r.out_records[i]);
+  qim_free(r.out_records);
+  return r.out_end;
+}
+
 FX_FN void fx_consumer_set(qim_store *s, uint64_t off) {
   qim_store_log_consumer_set_req r = {.consumer = "fanout", .stream = {QIM_LOG_STREAM_OUTBOX, 0}, .offset = off};
   assert_int_equal(QIM_STORE_SYNC(s, logs.consumer_set, &r), 0);
