@@ -336,11 +336,12 @@ static void read_done(qim_store_req *r) {
   qim_commit *c = e->worker->c;
   pthread_mutex_lock(&c->mu);
   qim__commit_conv *cv = e->conv;
-  qim_store_log_read_req *q = &e->rq.read;
+  /* The next step reuses the request: take the records out first. */
+  qim_store_log_read_req q = e->rq.read;
   e->busy = false;
   qim__inflight_done(c);
   if (r->status == 0) {
-    verify(c, e, q);
+    verify(c, e, &q);
   } else if (r->status == QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE) {
     /* Trimmed already: consumers read it; nothing is left to compare. */
     e->verified = true;
@@ -349,8 +350,8 @@ static void read_done(qim_store_req *r) {
   } else {
     qim__entry_fail(c, e, r->status, "verify", 0);
   }
-  for (size_t i = 0; i < q->out_count; i++) qim_store_log_record_free(&q->out_records[i]);
-  qim_free(q->out_records);
+  for (size_t i = 0; i < q.out_count; i++) qim_store_log_record_free(&q.out_records[i]);
+  qim_free(q.out_records);
   qim__conv_kick(c, cv);
   qim__conv_maybe_free(c, cv);
   pthread_mutex_unlock(&c->mu);
@@ -390,7 +391,8 @@ static void reload_done(qim_store_req *r) {
   e->busy = false;
   qim__inflight_done(c);
   if (r->status == 0) {
-    reloaded(c, e, &e->rq.load.out);
+    qim_loaded_commit out = e->rq.load.out; /* the next step reuses the request */
+    reloaded(c, e, &out);
   } else if (r->status == QIM_E_MESSAGE_STORE_COMMIT_NOT_FOUND) {
     /* The store no longer knows the key: nothing is left to drive. */
     qim__entry_log(e, "commit.lost", "err=CommitNotFound");
