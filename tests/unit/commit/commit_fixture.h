@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commit/commit.h"
 #include "qim/clock.h"
@@ -493,6 +494,95 @@ static FX_UNUSED void fx_outbox_free(fx_outbox *o) {
   free(o->env);
   free(o->offsets);
   memset(o, 0, sizeof *o);
+}
+
+/* Reserves an intent straight through the real store, as a process that crashed right
+ * after its reserve would have left it: nobody drives it. Returns its seq. `text` is
+ * borrowed only for the call. */
+static FX_UNUSED qim_conversation_seq fx_orphan(fx *f, qim_user_id from, qim_conversation_id conv, bool direct,
+                                                uint64_t cmid, const char *text, qim_trace_id *trace_out) {
+  qim_commit_intent p;
+  memset(&p, 0, sizeof p);
+  p.key = fx_key(f, from, cmid);
+  qim_id_gen_message_id(&f->ids, &p.coordinates.message_id);
+  p.coordinates.conversation_id = conv;
+  qim_id_gen_last_activity_id(&f->ids, &p.coordinates.last_activity_id);
+  p.state = QIM_COMMIT_STATE_RESERVED;
+  qim_store_conv_get_req g;
+  memset(&g, 0, sizeof g);
+  g.tenant_id = f->tenant;
+  g.conversation_id = conv;
+  if (QIM_STORE_SYNC(f->hook->real, conversations.get, &g) != 0) abort();
+  if (direct) {
+    p.delivery.audience.kind = QIM_DELIVERY_AUDIENCE_DIRECT;
+    p.delivery.audience.direct.recipients = g.out.direct_users;
+    p.delivery.audience.direct.recipient_count = 2;
+  } else {
+    p.delivery.audience.kind = QIM_DELIVERY_AUDIENCE_GROUP_SNAPSHOT;
+    p.delivery.audience.group.group_id.v = conv.v;
+  }
+  p.delivery.inline_body = true;
+  p.delivery.created_at = qim_message_id_millis(&p.coordinates.message_id);
+  p.record.coordinates = p.coordinates;
+  p.record.sender.tenant_id = f->tenant;
+  p.record.sender.user_id = from;
+  p.record.sender.device_id.v = (qim_u128){0, 99};
+  p.record.client_message_id = p.key.client_message_id;
+  p.record.content.message_type = QIM_MESSAGE_TYPE_TEXT;
+  p.record.content.schema_version = 1;
+  p.record.content.payload_or_ciphertext.p = (uint8_t *)text;
+  p.record.content.payload_or_ciphertext.n = strlen(text);
+  p.record.created_at = p.delivery.created_at;
+  p.trace_id = qim_trace_id_new();
+  if (trace_out) *trace_out = p.trace_id;
+  qim_store_intent_reserve_req r;
+  memset(&r, 0, sizeof r);
+  r.proposal = &p;
+  if (QIM_STORE_SYNC(f->hook->real, intents.reserve, &r) != 0) abort();
+  if (r.out.kind != QIM_RESERVE_RESULT_FRESH) abort();
+  qim_conversation_seq seq = r.out.intent.coordinates.conversation_seq;
+  qim_commit_intent_free(&r.out.intent);
+  qim_store_conversation_free(&g.out);
+  return seq;
+}
+
+/* Moves a stored intent on by hand (a crashed process got that far). */
+static FX_UNUSED void fx_advance(fx *f, const qim_commit_key *k, qim_commit_state to) {
+  qim_store_intent_advance_req a;
+  memset(&a, 0, sizeof a);
+  a.key = *k;
+  a.to = to;
+  a.now = qim_clock_wall_ms(&f->clock.clock);
+  if (QIM_STORE_SYNC(f->hook->real, intents.advance, &a) != 0) abort();
+}
+
+/* Outbox order = seq order per conversation, and no message twice. */
+static FX_UNUSED void fx_assert_outbox_ordered(const fx_outbox *o) {
+  for (size_t i = 0; i < o->n; i++) {
+    for (size_t j = i + 1; j < o->n; j++) {
+      const qim_message_coordinates *a = &o->env[i].record.coordinates, *b = &o->env[j].record.coordinates;
+      assert_false(memcmp(a->message_id.b, b->message_id.b, 16) == 0);
+      if (qim_u128_eq(a->conversation_id.v, b->conversation_id.v)) assert_true(a->conversation_seq <= b->conversation_seq);
+    }
+  }
+}
+
+static FX_UNUSED int fx_cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Polls `load` until the key is Committed (at most ~5 s); returns its coordinates. */
+static FX_UNUSED qim_message_coordinates fx_wait_committed(fx *f, const qim_commit_key *k) {
+  qim_loaded_commit lc;
+  for (int i = 0; i < 500; i++) {
+    int rc = qim_commit_load_sync(f->commit, k, &lc);
+    if (rc == 0 && lc.kind == QIM_LOADED_COMMIT_COMMITTED) return lc.committed.coordinates;
+    if (rc == 0) qim_commit_intent_free(&lc.intent);
+    usleep(10000);
+  }
+  fail_msg("key never committed");
+  return lc.committed.coordinates;
 }
 
 /* History records of a conversation as seen by `viewer`, oldest first (up to cap). */
