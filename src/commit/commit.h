@@ -167,6 +167,7 @@ typedef struct qim_commit_task {
   uint64_t adopted;           /* orphans this pass took over (not driven by a live send) */
   uint64_t committed;         /* of those, driven to Committed */
   uint64_t failed;            /* of those, whose step failed (retried later with backoff) */
+  uint64_t blocked;           /* of those, waiting behind one that failed (never skipped) */
   uint64_t retried;           /* failed intents whose backoff had passed, restarted */
   uint64_t forgotten;         /* forget: committed keys dropped */
   qim_cq_item item_;          /* private */
@@ -178,8 +179,9 @@ typedef struct qim_commit_task {
  * Committed (store intents.list_in_flight) and drives each orphan — older than
  * recovery_grace_ms, not driven by a live send — to Committed from what it holds, in
  * (seq, order) order per conversation. Completes when every adopted intent reached
- * Committed or failed (a failed one keeps its conversation waiting and is retried with
- * backoff by later passes; it is never skipped). Returns 0 or a submit error.
+ * Committed, failed, or waits behind one that failed (a failed one keeps its
+ * conversation waiting and is retried with backoff by later passes; it is never
+ * skipped). Returns 0 or a submit error.
  */
 int qim_commit_recover(qim_commit *c, qim_commit_task *t);
 int qim_commit_recover_sync(qim_commit *c, qim_commit_task *out);

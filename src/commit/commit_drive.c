@@ -105,8 +105,31 @@ void qim__entry_complete_waiters(qim_commit *c, qim__commit_entry *e, int status
 static void entry_finish(qim_commit *c, qim__commit_entry *e) {
   qim__entry_log(e, "commit.committed", NULL);
   qim__entry_complete_waiters(c, e, 0);
-  if (e->pass) qim__pass_release(c, e->pass, true);
+  if (e->pass) qim__pass_release(c, e->pass, QIM__PASS_COMMITTED);
   qim__entry_free(c, e);
+}
+
+/*
+ * The head of the conversation failed a step and waits for its backoff: what waits
+ * behind it (not below its seq) cannot move either. Its sends are answered Recoverable
+ * now rather than held for an unknown time — the intents are durable and follow the
+ * head as soon as it moves — and a recovery pass stops waiting for them.
+ */
+static void settle_behind_failed_head(qim_commit *c, qim__commit_conv *cv, const qim__commit_entry *h) {
+  qim_conversation_seq seq = h->intent.coordinates.conversation_seq;
+  for (qim__commit_entry *e = cv->all_head; e; e = e->anext) {
+    if (e == h || !e->reserved || e->reserving || e->state >= QIM_COMMIT_STATE_OUTBOXED) continue;
+    if (e->intent.coordinates.conversation_seq < seq || (!e->waiters && !e->pass)) continue;
+    if (e->waiters) {
+      qim__entry_log(e, "commit.blocked", "why=predecessor_failed");
+      qim__entry_complete_waiters(c, e, qim_err_raise(QIM_E_COMMIT_RECOVERABLE));
+    }
+    if (e->pass) {
+      qim__commit_pass *p = e->pass;
+      e->pass = NULL;
+      qim__pass_release(c, p, QIM__PASS_BLOCKED);
+    }
+  }
 }
 
 void qim__entry_fail(qim_commit *c, qim__commit_entry *e, int cause, const char *step, int waiter_code) {
@@ -126,7 +149,7 @@ void qim__entry_fail(qim_commit *c, qim__commit_entry *e, int cause, const char 
     qim__entry_complete_waiters(c, e, code);
   }
   if (e->pass) {
-    qim__pass_release(c, e->pass, false);
+    qim__pass_release(c, e->pass, QIM__PASS_FAILED);
     e->pass = NULL;
   }
 }
@@ -233,6 +256,7 @@ void qim__conv_kick(qim_commit *c, qim__commit_conv *cv) {
     h = cv->ready_head;
   }
   if (h && h->state == QIM_COMMIT_STATE_RECORDED) qim__entry_drive(c, h);
+  if (h && h->failed && h->reserved) settle_behind_failed_head(c, cv, h);
 }
 
 /* ---- completions ------------------------------------------------------------------------------ */
@@ -336,11 +360,12 @@ static void read_done(qim_store_req *r) {
   qim_commit *c = e->worker->c;
   pthread_mutex_lock(&c->mu);
   qim__commit_conv *cv = e->conv;
-  qim_store_log_read_req *q = &e->rq.read;
+  /* The next step reuses the request: take the records out first. */
+  qim_store_log_read_req q = e->rq.read;
   e->busy = false;
   qim__inflight_done(c);
   if (r->status == 0) {
-    verify(c, e, q);
+    verify(c, e, &q);
   } else if (r->status == QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE) {
     /* Trimmed already: consumers read it; nothing is left to compare. */
     e->verified = true;
@@ -349,8 +374,8 @@ static void read_done(qim_store_req *r) {
   } else {
     qim__entry_fail(c, e, r->status, "verify", 0);
   }
-  for (size_t i = 0; i < q->out_count; i++) qim_store_log_record_free(&q->out_records[i]);
-  qim_free(q->out_records);
+  for (size_t i = 0; i < q.out_count; i++) qim_store_log_record_free(&q.out_records[i]);
+  qim_free(q.out_records);
   qim__conv_kick(c, cv);
   qim__conv_maybe_free(c, cv);
   pthread_mutex_unlock(&c->mu);
@@ -390,12 +415,13 @@ static void reload_done(qim_store_req *r) {
   e->busy = false;
   qim__inflight_done(c);
   if (r->status == 0) {
-    reloaded(c, e, &e->rq.load.out);
+    qim_loaded_commit out = e->rq.load.out; /* the next step reuses the request */
+    reloaded(c, e, &out);
   } else if (r->status == QIM_E_MESSAGE_STORE_COMMIT_NOT_FOUND) {
     /* The store no longer knows the key: nothing is left to drive. */
     qim__entry_log(e, "commit.lost", "err=CommitNotFound");
     if (e->waiters) qim__entry_complete_waiters(c, e, qim_err_raise(QIM_E_COMMIT_UNAVAILABLE));
-    if (e->pass) qim__pass_release(c, e->pass, false);
+    if (e->pass) qim__pass_release(c, e->pass, QIM__PASS_FAILED);
     qim__entry_free(c, e);
   } else {
     qim__entry_fail(c, e, r->status, "reload", 0);

@@ -235,7 +235,8 @@ void qim__conv_request_drain(qim_commit *c, qim__commit_conv *cv);
 void qim__conv_drain_step(qim_commit *c, qim__commit_conv *cv);
 qim__commit_entry *qim__entry_adopt(qim_commit *c, qim__commit_conv *cv, qim_commit_intent *in,
                                     qim__commit_pass *pass);
-void qim__pass_release(qim_commit *c, qim__commit_pass *p, bool committed);
+enum { QIM__PASS_COMMITTED, QIM__PASS_FAILED, QIM__PASS_BLOCKED };
+void qim__pass_release(qim_commit *c, qim__commit_pass *p, int how);
 void qim__pass_abandon(qim__commit_pass *p);
 void qim__maintenance_tick(qim_commit *c); /* worker 0, c->mu NOT held */
 

@@ -199,21 +199,24 @@ static void pass_finish(qim_commit *c, qim__commit_pass *p) {
     if (rc == 0) return;
     t->status = rc;
   }
-  QIM_LOGI(NULL, "commit.recovered", "listed=%llu adopted=%llu committed=%llu failed=%llu retried=%llu",
+  QIM_LOGI(NULL, "commit.recovered",
+           "listed=%llu adopted=%llu committed=%llu failed=%llu blocked=%llu retried=%llu",
            (unsigned long long)t->listed, (unsigned long long)t->adopted, (unsigned long long)t->committed,
-           (unsigned long long)t->failed, (unsigned long long)t->retried);
+           (unsigned long long)t->failed, (unsigned long long)t->blocked, (unsigned long long)t->retried);
   t->pass_ = NULL;
   qim_free(p);
   t->item_.run = task_item_run;
   qim_cq_post(t->cq, &t->item_);
 }
 
-void qim__pass_release(qim_commit *c, qim__commit_pass *p, bool committed) {
-  if (committed) {
+void qim__pass_release(qim_commit *c, qim__commit_pass *p, int how) {
+  if (how == QIM__PASS_COMMITTED) {
     p->task->committed++;
     QIM__COUNT(c, recovered);
-  } else {
+  } else if (how == QIM__PASS_FAILED) {
     p->task->failed++;
+  } else {
+    p->task->blocked++;
   }
   if (--p->outstanding == 0 && p->listed) pass_finish(c, p);
 }
@@ -295,7 +298,7 @@ static uint64_t retry_due(qim_commit *c) {
 
 static int recover_start(qim_commit *c, qim_commit_task *t, bool internal) {
   t->status = 0;
-  t->listed = t->adopted = t->committed = t->failed = t->retried = t->forgotten = 0;
+  t->listed = t->adopted = t->committed = t->failed = t->blocked = t->retried = t->forgotten = 0;
   qim__commit_pass *p = qim_calloc(1, sizeof *p);
   p->c = c;
   p->task = t;
