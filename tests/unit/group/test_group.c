@@ -343,7 +343,6 @@ static void test_a_failing_store_is_unavailable_and_a_failed_control_leaves_the_
   wrap_store *w = wrap_store_new(inner);
   qim_commit_config cc;
   qim_commit_config_default(&cc);
-  cc.verify_outbox = false; /* see group_fixture.h */
   assert_int_equal(qim_commit_create(&w->base, &x.clock.clock, NULL, &cc, &x.commit), 0);
   assert_int_equal(qim_group_open(&w->base, x.commit, &x.clock.clock, NULL, &x.groups), 0);
   gx_create(&x, 1, 1, 2, 1);
