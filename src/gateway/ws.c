@@ -345,6 +345,7 @@ static int control_payload(qim_ws_parser *p, uint8_t **data, size_t *len,
     p->remaining_ = 0;
     return deliver_control(p, d, want, ev, ud, cbret);
   }
+  if (*len == 0) return QIM_AGAIN; /* the header ended the read: nothing to keep yet */
   if (!p->ctl_) p->ctl_ = qim_malloc(QIM_WS_MAX_CONTROL);
   size_t n = want < *len ? want : *len;
   unmask(p, p->ctl_ + p->ctl_len_, *data, n);
