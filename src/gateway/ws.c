@@ -231,13 +231,24 @@ static uint64_t read_be(const uint8_t *s, int n) {
   return v;
 }
 
+/*
+ * Checks what the first two header bytes alone decide, so a violation is answered at
+ * once instead of after waiting for header bytes that may never come.
+ */
+static int check_start(uint8_t b0, uint8_t b1) {
+  if (b0 & 0x70) return -EPROTO;    /* no extension was negotiated */
+  if (!(b1 & 0x80)) return -EPROTO; /* clients must mask (§5.1) */
+  int op = b0 & 0x0F;
+  if (op > QIM_WS_OP_BINARY && op < QIM_WS_OP_CLOSE) return -EPROTO;
+  if (op > QIM_WS_OP_PONG) return -EPROTO;
+  return 0;
+}
+
 /* Checks a complete header in p->hdr_ against the rules and enters ST_PAYLOAD. */
 static int begin_frame(qim_ws_parser *p) {
   uint8_t b0 = p->hdr_[0], b1 = p->hdr_[1];
   int op = b0 & 0x0F;
   bool fin = (b0 & 0x80) != 0;
-  if (b0 & 0x70) return -EPROTO; /* no extension was negotiated */
-  if (!(b1 & 0x80)) return -EPROTO; /* clients must mask (§5.1) */
   uint64_t len = b1 & 0x7F;
   size_t off = 2;
   if (len == 126) len = read_be(p->hdr_ + 2, 2), off = 4;
@@ -278,6 +289,10 @@ static int take_header(qim_ws_parser *p, const uint8_t *data, size_t len, size_t
   for (;;) {
     size_t need = p->hdr_len_ >= 2 ? header_size(p->hdr_[1]) : 2;
     if (p->hdr_len_ >= need) break;
+    if (p->hdr_len_ == 2) {
+      int rc = check_start(p->hdr_[0], p->hdr_[1]);
+      if (rc) return rc;
+    }
     if (i == len) {
       *used = i;
       return QIM_AGAIN;

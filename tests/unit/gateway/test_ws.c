@@ -122,6 +122,21 @@ static void test_unmasked_client_frame_is_protocol_error(void **state) {
   qim_ws_parser_free(&p);
 }
 
+static void test_short_unmasked_frame_fails_without_waiting(void **state) {
+  (void)state;
+  /* Two header bytes are enough to know: no mask key is coming. */
+  uint8_t buf[] = {0x81, 0x02, 'h', 'i'};
+  qim_ws_parser p;
+  qim_ws_parser_init(&p, 1024);
+  recorder r = {0};
+  assert_int_equal(feed(&p, &r, buf, 2, 0), -EPROTO);
+  qim_ws_parser_free(&p);
+  uint8_t op[] = {0x8B, 0x80};
+  qim_ws_parser_init(&p, 1024);
+  assert_int_equal(feed(&p, &r, op, 2, 0), -EPROTO);
+  qim_ws_parser_free(&p);
+}
+
 static void test_16_and_64_bit_lengths_are_decoded(void **state) {
   (void)state;
   size_t big = 70000;
@@ -547,6 +562,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_masked_text_frame_is_delivered_in_place),
       cmocka_unit_test(test_unmasked_client_frame_is_protocol_error),
+      cmocka_unit_test(test_short_unmasked_frame_fails_without_waiting),
       cmocka_unit_test(test_16_and_64_bit_lengths_are_decoded),
       cmocka_unit_test(test_byte_by_byte_input_gives_the_same_messages),
       cmocka_unit_test(test_fragments_with_ping_between_are_reassembled),
