@@ -257,6 +257,25 @@ int qim_http_parser_feed(qim_http_parser *p, const char *data, size_t len, size_
   return finish(p);
 }
 
+int qim_http_parse_buffer(const char *data, size_t len, size_t max_header, size_t max_body,
+                          size_t step, size_t *consumed) {
+  qim_http_parser p;
+  qim_http_parser_init(&p, max_header, max_body);
+  if (!step || step > len) step = len ? len : 1;
+  int rc = QIM_AGAIN;
+  size_t total = 0;
+  for (size_t o = 0; o < len && rc == QIM_AGAIN; o += step) {
+    size_t used;
+    rc = qim_http_parser_feed(&p, data + o, len - o < step ? len - o : step, &used);
+    total += used;
+  }
+  int status = rc == QIM_AGAIN ? 0 : rc < 0 ? qim_http_error_status(rc)
+                                            : qim_http_upgrade_status(qim_http_parser_request(&p));
+  qim_http_parser_free(&p);
+  if (consumed) *consumed = total;
+  return status;
+}
+
 /* ---- handshake checks ------------------------------------------------------------ */
 
 bool qim_http_has_token(const char *value, const char *token) {

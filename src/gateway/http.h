@@ -88,6 +88,16 @@ const qim_http_request *qim_http_parser_request(const qim_http_parser *p);
 /* Frees everything the parser holds (not `p` itself). Accepts a zeroed parser. */
 void qim_http_parser_free(qim_http_parser *p);
 
+/*
+ * One-shot parse of a buffer, for fuzz harnesses and tests: feeds `data` to a fresh
+ * parser in pieces of `step` bytes (0 = at once) and returns the HTTP status the
+ * gateway would answer on the WebSocket path — 101 for a valid upgrade, the refusal
+ * from qim_http_upgrade_status, or qim_http_error_status of a parse error — or 0 when
+ * the request is incomplete. *consumed (may be NULL) gets the bytes the request used.
+ */
+int qim_http_parse_buffer(const char *data, size_t len, size_t max_header, size_t max_body,
+                          size_t step, size_t *consumed);
+
 /* The HTTP status that answers a feed error (431, 413, 400). */
 int qim_http_error_status(int err);
 

@@ -11,6 +11,7 @@
  * connections that are actually due.
  */
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -377,8 +378,18 @@ int qim_net_add_route(qim_net *net, const char *path, qim_net_route_fn fn, void 
   return 0;
 }
 
+/*
+ * libuv writes with write(2): a peer that reset the connection would raise SIGPIPE and
+ * kill the process. Ignore it unless the application installed its own handler.
+ */
+static void ignore_sigpipe(void) {
+  struct sigaction old;
+  if (sigaction(SIGPIPE, NULL, &old) == 0 && old.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+}
+
 int qim_net_start(qim_net *net) {
   if (net->loops) return -EBUSY;
+  ignore_sigpipe();
   unsigned n = net->cfg.threads ? net->cfg.threads : uv_available_parallelism();
   if (n > MAX_LOOPS) n = MAX_LOOPS;
   net->loops = qim_calloc(n, sizeof *net->loops);

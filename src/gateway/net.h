@@ -144,6 +144,8 @@ int qim_net_add_route(qim_net *net, const char *path, qim_net_route_fn fn, void 
 /*
  * Binds every loop's socket (SO_REUSEPORT, same port) and starts the loop threads.
  * Returns 0 or -errno (e.g. -EADDRINUSE); on failure nothing is left running.
+ * Sets SIGPIPE to ignored if it still has its default action (a peer reset during a
+ * write must not kill the process).
  */
 int qim_net_start(qim_net *net);
 

@@ -443,3 +443,17 @@ int qim_ws_parse(qim_ws_parser *p, uint8_t *data, size_t len, const qim_ws_event
     if (cbret) return cbret;
   }
 }
+
+int qim_ws_parse_buffer(const uint8_t *data, size_t len, size_t max_message, size_t step,
+                        const qim_ws_events *ev, void *ud) {
+  uint8_t *copy = qim_memdup(data, len);
+  qim_ws_parser p;
+  qim_ws_parser_init(&p, max_message);
+  if (!step || step > len) step = len ? len : 1;
+  int rc = 0;
+  for (size_t o = 0; o < len && rc == 0; o += step)
+    rc = qim_ws_parse(&p, copy + o, len - o < step ? len - o : step, ev, ud);
+  qim_ws_parser_free(&p);
+  qim_free(copy);
+  return rc;
+}

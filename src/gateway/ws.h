@@ -147,6 +147,15 @@ void qim_ws_parser_init(qim_ws_parser *p, size_t max_message);
  */
 int qim_ws_parse(qim_ws_parser *p, uint8_t *data, size_t len, const qim_ws_events *ev, void *ud);
 
+/*
+ * One-shot parse of a read-only buffer, for fuzz harnesses and tests: copies `data`,
+ * feeds it to a fresh parser in pieces of `step` bytes (0 = all at once; other sizes
+ * exercise the split-read paths), frees the parser. Returns as qim_ws_parse (the first
+ * non-zero result stops it).
+ */
+int qim_ws_parse_buffer(const uint8_t *data, size_t len, size_t max_message, size_t step,
+                        const qim_ws_events *ev, void *ud);
+
 /* The close code that answers a qim_ws_parse error (1002, 1007, 1009, 1011). */
 uint16_t qim_ws_error_close_code(int err);
 

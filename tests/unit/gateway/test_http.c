@@ -270,6 +270,22 @@ static void test_parser_memory_is_released(void **state) {
   assert_int_equal(qim_mem_used(), before);
 }
 
+static void test_buffer_entry_point_gives_the_answer_status(void **state) {
+  (void)state;
+  size_t n = strlen(upgrade_req), used;
+  for (size_t step = 0; step < 40; step++) {
+    assert_int_equal(qim_http_parse_buffer(upgrade_req, n, 8192, 0, step, &used), 101);
+    assert_int_equal(used, n);
+  }
+  assert_int_equal(qim_http_parse_buffer(upgrade_req, n - 2, 8192, 0, 0, NULL), 0);
+  assert_int_equal(qim_http_parse_buffer(upgrade_req, n, 64, 0, 0, NULL), 431);
+  const char brew[] = "BREW /pot HTCPCP/1.0\r\n\r\n";
+  assert_int_equal(qim_http_parse_buffer(brew, strlen(brew), 8192, 0, 0, NULL), 400);
+  const char post[] = "POST /v0/channels HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
+  assert_int_equal(qim_http_parse_buffer(post, strlen(post), 8192, 0, 1, NULL), 405);
+  assert_int_equal(qim_http_parse_buffer("", 0, 8192, 0, 0, NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_accept_key_matches_rfc_example),
@@ -286,6 +302,7 @@ int main(void) {
       cmocka_unit_test(test_query_params_and_tokens),
       cmocka_unit_test(test_responses_are_complete_and_close),
       cmocka_unit_test(test_parser_memory_is_released),
+      cmocka_unit_test(test_buffer_entry_point_gives_the_answer_status),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -558,6 +558,32 @@ static void test_frame_encoding_and_sharing(void **state) {
   qim_ws_frame_unref(f);
 }
 
+static void test_buffer_entry_point_is_split_independent(void **state) {
+  (void)state;
+  uint8_t buf[512];
+  size_t n = mkframe(buf, 0x01, 1, "frag", 4, LEN_AUTO);
+  n += mkframe(buf + n, 0x89, 1, "ping", 4, LEN_AUTO);
+  n += mkframe(buf + n, 0x80, 1, "ment", 4, LEN_AUTO);
+  n += mkframe(buf + n, 0x82, 1, "\x01\x02", 2, LEN_16);
+  n += mkframe(buf + n, 0x88, 1, "\x03\xe8", 2, LEN_AUTO);
+  const uint8_t *ro = buf; /* the input stays untouched: the helper unmasks a copy */
+  for (size_t step = 0; step <= n; step++) {
+    recorder r = {0};
+    assert_int_equal(qim_ws_parse_buffer(ro, n, 64, step, &events, &r), 0);
+    assert_int_equal(r.n, 4);
+    assert_int_equal(r.ev[0].opcode, QIM_WS_OP_PING);
+    assert_string_equal((char *)r.ev[1].data, "fragment");
+    assert_int_equal(r.ev[2].opcode, QIM_WS_OP_BINARY);
+    assert_int_equal(r.ev[3].opcode, QIM_WS_OP_CLOSE);
+    recorder_free(&r);
+  }
+  assert_int_equal(buf[0], 0x01);
+  recorder r = {0};
+  assert_int_equal(qim_ws_parse_buffer(buf, n, 6, 3, &events, &r), -EMSGSIZE);
+  recorder_free(&r);
+  assert_int_equal(qim_ws_parse_buffer(NULL, 0, 6, 0, &events, &r), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_masked_text_frame_is_delivered_in_place),
@@ -587,6 +613,7 @@ int main(void) {
       cmocka_unit_test(test_reassembly_out_of_memory_is_reported),
       cmocka_unit_test(test_utf8_validator_vectors),
       cmocka_unit_test(test_frame_encoding_and_sharing),
+      cmocka_unit_test(test_buffer_entry_point_is_split_independent),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
