@@ -61,6 +61,7 @@ static int lookup_header(const char *name, size_t len) {
 
 static int on_header_field(http_parser *hp, const char *at, size_t len) {
   qim_http_parser *p = of(hp);
+  if (p->headers_done_) return 0; /* chunked trailers: not in raw_, and never needed */
   uint32_t off = (uint32_t)(at - p->raw_);
   if (p->in_value_ || p->field_len_ == 0) { /* a new header begins */
     p->in_value_ = false;
@@ -74,6 +75,7 @@ static int on_header_field(http_parser *hp, const char *at, size_t len) {
 
 static int on_header_value(http_parser *hp, const char *at, size_t len) {
   qim_http_parser *p = of(hp);
+  if (p->headers_done_) return 0;
   uint32_t off = (uint32_t)(at - p->raw_);
   if (!p->in_value_) { /* first piece of this header's value */
     p->in_value_ = true;
