@@ -4,6 +4,8 @@
 #   make build   gcc build only (./build)         make san   clang sanitizer build only (./build-san)
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
+# Sub-makes run by cmake --build need not announce every directory.
+MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
 .PHONY: deps build san run test test-gcc test-san clean
@@ -19,8 +21,8 @@ san: deps
 	@cmake -S . -B build-san -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DQIM_SANITIZE=ON >/dev/null
 	@cmake --build build-san -j $(JOBS)
 
+# qimd creates ./var itself; Ctrl-C (SIGINT) stops it cleanly with status 0.
 run: build
-	@mkdir -p var
 	./build/src/qimd --listen 127.0.0.1:6060 --data ./var
 
 test-gcc: build
@@ -31,7 +33,9 @@ test-san: san
 	@rm -rf build-san/errlog && mkdir -p build-san/errlog
 	cd build-san && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS)
 
-test: test-gcc test-san
+# Both builds always run, so one failure does not hide the other's results.
+test: deps
+	@status=0; $(MAKE) test-gcc || status=1; $(MAKE) test-san || status=1; exit $$status
 
 clean:
 	rm -rf build build-san

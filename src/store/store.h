@@ -1,0 +1,516 @@
+/*
+ * store.h — the storage interface every qim stage reads and writes through.
+ *
+ * One struct of function pointers (qim_store_vtable), grouped by domain, implemented by
+ * every backend (sqlite: the embedded default; redis: later). All calls are
+ * ASYNCHRONOUS: `fn(store, req)` validates and queues the request and returns at once:
+ *   0        accepted: req->req.done(req) will run exactly once, on the thread that owns
+ *            req->req.cq (an event loop or a worker draining a blocking queue), after
+ *            req->req.status and the outputs are set;
+ *   <0       refused synchronously (-EAGAIN: the backend's bounded queue is full —
+ *            backpressure; -EINVAL: malformed request; -ESHUTDOWN: store closing); the
+ *            callback never runs.
+ * No event loop ever waits for an fsync. QIM_STORE_SYNC() is the blocking wrapper for
+ * tools and tests.
+ *
+ * Outputs: every pointer/array output is allocated with qim_malloc and owned by the
+ * caller after completion; free it with the matching free function in record.h or
+ * below (qim_store_*_free). Inputs are borrowed until `done` runs.
+ *
+ * Redis Cluster shape (no cross-slot transactions): every call that is atomic touches
+ * keys of ONE slot — a conversation ({conv} hash tag), a log stream, a user's mailbox
+ * or a (shard, lane) — except where a call says "atomic where the backend can" (then it
+ * is correct by idempotence and ordering alone). Durability: a completed write is
+ * durable (sqlite: synchronous=FULL commit; redis: appendfsync always / WAIT).
+ */
+#ifndef QIM_STORE_H
+#define QIM_STORE_H
+
+#include "qim/cq.h"
+#include "qim/shard.h"
+#include "qim/types.h"
+
+typedef struct qim_store qim_store;
+typedef struct qim_store_vtable qim_store_vtable;
+
+/* Every backend instance starts with this header. */
+struct qim_store {
+  const qim_store_vtable *vt;
+};
+
+/* ---- requests ------------------------------------------------------------------ */
+
+/* Common head of every request; embed it as the FIRST member named `req`. */
+typedef struct qim_store_req {
+  qim_cq_item item;                         /* private: completion delivery */
+  qim_cq *cq;                               /* where `done` runs */
+  void (*done)(struct qim_store_req *req);  /* completion; may free the request */
+  void *data;                               /* caller's */
+  int status;                               /* out: 0 or an error (err.h) */
+  qim_error error;                          /* out: payload of `status` when it has one */
+  struct qim_store_req *next_;              /* private to the backend */
+  int op_;                                  /* private to the backend */
+  void *sync_;                              /* private to QIM_STORE_SYNC */
+} qim_store_req;
+
+/* ---- records the store keeps beyond the seed types -------------------------------- */
+
+typedef enum qim_conversation_kind {
+  QIM_CONVERSATION_DIRECT = 0,
+  QIM_CONVERSATION_GROUP = 1,
+} qim_conversation_kind;
+
+/* Access mode bits, Tinode's order JRWPASDO (PROTOCOL.md §4). */
+enum {
+  QIM_MODE_J = 1, QIM_MODE_R = 2, QIM_MODE_W = 4, QIM_MODE_P = 8,
+  QIM_MODE_A = 16, QIM_MODE_S = 32, QIM_MODE_D = 64, QIM_MODE_O = 128,
+};
+
+typedef struct qim_store_user {
+  qim_tenant_id tenant_id;
+  qim_user_id user_id;
+  char *public_json;     /* NULL = none */
+  char *private_json;    /* NULL = none */
+  qim_timestamp_millis created_at, updated_at;
+  uint64_t token_epoch;  /* tokens carrying a lower epoch are revoked */
+} qim_store_user;
+
+typedef struct qim_store_credential {
+  qim_tenant_id tenant_id;
+  char *login;           /* unique per tenant */
+  qim_user_id user_id;
+  char *secret_hash;     /* argon2id string (libsodium crypto_pwhash_str) */
+} qim_store_credential;
+
+typedef struct qim_store_conversation {
+  qim_tenant_id tenant_id;
+  qim_conversation_id conversation_id;
+  qim_conversation_kind kind;
+  qim_user_id owner_id;                  /* GROUP */
+  qim_user_id direct_users[2];           /* DIRECT, lower id first */
+  qim_conversation_seq latest_seq;
+  uint64_t delid;                        /* delete-operation counter */
+  qim_last_activity_id last_activity_id;
+  qim_timestamp_millis created_at, updated_at, touched_at;
+  char *public_json;                     /* NULL = none */
+  uint32_t default_mode_auth, default_mode_anon;
+  qim_membership_version membership_version;
+  uint32_t member_count;                 /* current members */
+  bool deleted;
+} qim_store_conversation;
+
+/* A member row as it is NOW (the latest version). */
+typedef struct qim_store_member {
+  qim_conversation_id conversation_id;
+  qim_user_id user_id;
+  qim_group_role role;
+  uint32_t mode_want, mode_given;        /* effective = want & given */
+  qim_conversation_seq joined_at;        /* sees seqs in (joined_at, left_at] */
+  bool has_left_at;
+  qim_conversation_seq left_at;
+  bool banned;
+  qim_conversation_seq read_seq, recv_seq;
+  uint64_t clear_delid;                  /* this member's `clear` */
+  char *private_json;
+  qim_timestamp_millis updated_at;
+} qim_store_member;
+
+typedef enum qim_store_member_op {
+  QIM_STORE_MEMBER_ADD = 0,      /* AlreadyExists if a current member */
+  QIM_STORE_MEMBER_REMOVE = 1,   /* NotFound if not a current member; sets left_at */
+  QIM_STORE_MEMBER_BAN = 2,      /* remove + banned (a later ADD is PermissionDenied) */
+  QIM_STORE_MEMBER_UPDATE = 3,   /* role / modes of a current member */
+} qim_store_member_op;
+
+typedef struct qim_store_member_change {
+  qim_store_member_op op;
+  qim_user_id user_id;
+  qim_group_role role;
+  uint32_t mode_want, mode_given;
+} qim_store_member_change;
+
+typedef struct qim_store_seq_range {   /* [low, hi) */
+  qim_conversation_seq low, hi;
+} qim_store_seq_range;
+
+typedef struct qim_store_log_record {
+  uint64_t offset;
+  qim_shard_epoch epoch;     /* stamped at append (dispatch streams); 0 for the outbox */
+  bool fence;                /* an epoch-bump fence record (no payload) */
+  uint8_t key[16];           /* idempotency key given at append */
+  qim_bytes payload;
+} qim_store_log_record;
+
+/* ---- accounts -------------------------------------------------------------------- */
+
+/* Atomic. -EEXIST if the id exists. */
+typedef struct { qim_store_req req; qim_store_user user; } qim_store_user_create_req;
+/* -ENOENT if absent. out: user. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_user_id user_id; qim_store_user out; } qim_store_user_get_req;
+/* Replaces public/private (NULL = keep), bumps token_epoch when bump_token_epoch. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_user_id user_id; const char *public_json; const char *private_json; bool bump_token_epoch; qim_timestamp_millis now; uint64_t out_token_epoch; } qim_store_user_update_req;
+/* Atomic. -EEXIST if (tenant, login) is taken. */
+typedef struct { qim_store_req req; qim_store_credential cred; } qim_store_cred_create_req;
+/* -ENOENT if absent. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; const char *login; qim_store_credential out; } qim_store_cred_get_req;
+/* Replaces the secret hash of the user's credential (password change). */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_user_id user_id; const char *secret_hash; } qim_store_cred_update_req;
+/* Idempotent upsert of an API key → tenant mapping. */
+typedef struct { qim_store_req req; const char *api_key; qim_tenant_id tenant_id; } qim_store_apikey_put_req;
+/* -ENOENT if unknown. */
+typedef struct { qim_store_req req; const char *api_key; qim_tenant_id out_tenant_id; } qim_store_apikey_get_req;
+
+/* ---- conversations and members ------------------------------------------------------ */
+
+/* Atomic: creates the conversation and (GROUP) its owner as first member with mode
+ * JRWPASDO at membership_version 1 (DIRECT: both users, version 1, mode JRWPA).
+ * -EEXIST if the id exists. */
+typedef struct { qim_store_req req; qim_store_conversation conv; qim_timestamp_millis now; } qim_store_conv_create_req;
+/* -ENOENT if absent. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_store_conversation out; } qim_store_conv_get_req;
+/* public_json NULL = keep; mark_deleted sets deleted (owner deletes the topic). */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; const char *public_json; bool mark_deleted; qim_timestamp_millis now; } qim_store_conv_update_req;
+
+/*
+ * Atomic per conversation, serialized with seq allocation (intents.reserve): applies all
+ * changes or none; a new membership_version = old + 1; joined_at / left_at = the
+ * conversation's latest_seq at this moment; a new member's read/recv start at joined_at.
+ * Rows are versioned [from_version, to_version) so any past version stays readable.
+ * Errors: GROUP_NOT_FOUND (conversation, or REMOVE/UPDATE of a non-member),
+ * GROUP_ALREADY_EXISTS (ADD of a current member), GROUP_PERMISSION_DENIED (ADD of a
+ * banned user), GROUP_MEMBER_LIMIT_EXCEEDED (member_count would exceed member_limit).
+ */
+typedef struct {
+  qim_store_req req;
+  qim_tenant_id tenant_id;
+  qim_conversation_id conversation_id;
+  const qim_store_member_change *changes;
+  size_t change_count;
+  uint32_t member_limit;
+  qim_timestamp_millis now;
+  qim_membership_version out_version;
+  qim_conversation_seq out_position;     /* the latest_seq used for joined_at/left_at */
+} qim_store_members_change_req;
+
+/* The member's current row; -ENOENT if the user never was a member. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_user_id user_id; qim_store_member out; } qim_store_member_get_req;
+
+/*
+ * Members at EXACTLY `version`, ordered by user id, starting after `after_user`
+ * (has_after=false: from the start), at most `limit`. FANOUT_MEMBERSHIP_SNAPSHOT_UNAVAILABLE
+ * if the version is above the current one or was pruned by retention.
+ */
+typedef struct {
+  qim_store_req req;
+  qim_tenant_id tenant_id;
+  qim_conversation_id conversation_id;
+  qim_membership_version version;
+  bool has_after;
+  qim_user_id after_user;
+  uint32_t limit;
+  qim_group_member *out_members;
+  size_t out_count;
+  bool out_has_more;
+} qim_store_members_at_req;
+
+/* Forward-only receipts: values at or below the stored ones are ignored; read implies
+ * recv. out_* are the stored values afterwards. -ENOENT if not a member. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_user_id user_id; qim_conversation_seq read_seq, recv_seq; qim_conversation_seq out_read, out_recv; } qim_store_member_receipt_req;
+
+/* The user's subscriptions (current memberships, plus ones left within the listing),
+ * ordered by last_activity_id descending, paged by an opaque cursor. */
+typedef struct {
+  qim_store_req req;
+  qim_tenant_id tenant_id;
+  qim_user_id user_id;
+  qim_page_cursor cursor;            /* empty = first page */
+  uint32_t limit;
+  qim_store_member *out_members;     /* parallel arrays of out_count */
+  qim_store_conversation *out_convs;
+  size_t out_count;
+  qim_page_cursor out_next;          /* empty when no more */
+} qim_store_subscriptions_req;
+
+/* ---- commit intents ---------------------------------------------------------------- */
+
+/*
+ * Atomic per conversation. `proposal` holds everything but the seq and (GROUP) the
+ * snapshot fields; for a key never seen (or forgotten after the dedupe window) the store
+ * allocates conversation_seq = latest + 1 (Control messages consume no seq: they take
+ * the current latest_seq as their position), fills GroupSnapshot.membership_version /
+ * member_count / target_shards from the current membership (shards by core's hash with
+ * the store's shard config), stores the intent as Reserved and returns FRESH with the
+ * completed intent. For a key in flight: EXISTING with the stored intent; committed:
+ * COMMITTED with the stored CommittedMessage. If the stored intent's record content
+ * differs from the proposal's: COMMIT_CLIENT_MESSAGE_ID_REUSED.
+ * Errors: MESSAGE_STORE_INVALID_CLIENT_MESSAGE_ID (zero cmid), -ENOENT
+ * (conversation), COMMIT_PERMISSION_DENIED (sender is not a current member).
+ * out_order: a per-conversation counter giving the order of intents that share a seq
+ * position (a message and the controls after it).
+ */
+typedef struct {
+  qim_store_req req;
+  const qim_commit_intent *proposal;
+  qim_reserve_result out;
+  uint64_t out_order;
+} qim_store_intent_reserve_req;
+
+/*
+ * Forward-only step of a stored intent to `to` (one step at a time), performing the
+ * step's effect in the same transaction:
+ *   RECORDED:  writes intent.record as the history row (not for Control messages),
+ *   OUTBOXED:  appends the CommittedEnvelope to LogStream::Outbox keyed by message_id
+ *              (idempotent) → out_position; every intent of the conversation with a lower
+ *              (seq, order) must already be OUTBOXED or COMMITTED, else COMMIT_LOG_INVARIANT_VIOLATION,
+ *   COMMITTED: keeps only the CommittedMessage for dedupe until the window passes.
+ * Repeating the current state is a no-op success (idempotent). A backward or skipping
+ * step: MESSAGE_STORE_INVALID_STATE_TRANSITION; unknown key: MESSAGE_STORE_COMMIT_NOT_FOUND.
+ */
+typedef struct {
+  qim_store_req req;
+  qim_commit_key key;
+  qim_commit_state to;
+  qim_timestamp_millis now;
+  qim_log_position out_position;     /* OUTBOXED */
+} qim_store_intent_advance_req;
+
+/* LoadedCommit or MESSAGE_STORE_COMMIT_NOT_FOUND. */
+typedef struct { qim_store_req req; qim_commit_key key; qim_loaded_commit out; } qim_store_intent_load_req;
+
+/* Intents not COMMITTED, ordered by (conversation, seq, order); has_conversation=false
+ * lists all conversations. At most `limit`. */
+typedef struct {
+  qim_store_req req;
+  bool has_conversation;
+  qim_tenant_id tenant_id;
+  qim_conversation_id conversation_id;
+  uint32_t limit;
+  qim_commit_intent *out_intents;
+  size_t out_count;
+} qim_store_intent_list_req;
+
+/* Forgets committed keys whose commit time is before `before` (dedupe window). */
+typedef struct { qim_store_req req; qim_timestamp_millis before; uint64_t out_forgotten; } qim_store_intent_forget_req;
+
+/* ---- history ----------------------------------------------------------------------- */
+
+/* -ENOENT if no such record. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_conversation_seq seq; qim_message_record out; } qim_store_record_get_req;
+
+/*
+ * Records of one conversation visible to `viewer`: seq in (window_low, window_high],
+ * inside the union of `ranges` when range_count > 0, not hard-deleted (state Deleted or
+ * Recalled with a wiped body are still returned with their state, unless skip_deleted),
+ * not in the viewer's own soft-delete dellog; newest first when direction OLDER.
+ * At most max_items and about max_bytes of payload (at least one record).
+ */
+typedef struct {
+  qim_store_req req;
+  qim_tenant_id tenant_id;
+  qim_conversation_id conversation_id;
+  qim_user_id viewer;
+  qim_conversation_seq window_low, window_high;
+  const qim_store_seq_range *ranges;
+  size_t range_count;
+  qim_history_direction direction;
+  bool skip_deleted;
+  uint32_t max_items, max_bytes;
+  qim_message_record *out_records;
+  size_t out_count;
+  bool out_has_more;
+} qim_store_record_query_req;
+
+/* Sets state (and updated_at); wipe_body erases content everywhere the store holds it:
+ * the history row, the commit intent and inline mailbox entries of this message
+ * (secure_delete in sqlite). -ENOENT if no such record. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_conversation_seq seq; qim_message_state state; bool wipe_body; qim_timestamp_millis now; } qim_store_record_set_state_req;
+
+/* Atomic per conversation: delid += 1; a dellog row per range for `for_user`
+ * (has_for_user=false: everyone); for a user, that member's clear = new delid.
+ * Ranges are already validated and merged by the caller. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; bool has_for_user; qim_user_id for_user; const qim_store_seq_range *ranges; size_t range_count; uint64_t out_delid; } qim_store_dellog_add_req;
+
+/* Dellog ranges visible to `viewer` (its own and everyone's) with delid in
+ * [since_delid, before_delid) (before 0 = no bound), ordered by delid. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_user_id viewer; uint64_t since_delid, before_delid; uint32_t limit; qim_store_seq_range *out_ranges; size_t out_count; uint64_t out_max_delid; } qim_store_dellog_query_req;
+
+/* Retention: records of `retention_class` created before `before`: bodies wiped, state
+ * Deleted. out_count = records affected. */
+typedef struct { qim_store_req req; qim_retention_class retention_class; qim_tenant_id tenant_id; qim_timestamp_millis before; qim_timestamp_millis now; uint64_t out_count; } qim_store_record_expire_req;
+
+/* ---- logs -------------------------------------------------------------------------- */
+
+/* One append inside log.append (see below). */
+typedef struct qim_store_log_append {
+  qim_log_stream stream;
+  uint8_t key[16];           /* idempotency key: a repeated key returns the first position */
+  qim_bytes payload;
+  qim_log_position out_position;
+  qim_shard_epoch out_epoch; /* the epoch stamped into the record (dispatch streams) */
+  bool out_existed;          /* the key was already in the stream */
+} qim_store_log_append;
+
+/*
+ * Appends every entry (dense offsets assigned by the store; a dispatch record stamped
+ * with its shard's current epoch atomically with the append), then, when has_consumer,
+ * sets the consumer's offset — all in one transaction where the backend can (sqlite),
+ * otherwise entries first and the offset last (correct by idempotence).
+ * Errors: COMMIT_LOG_PUBLICATION_NOT_DURABLE (durability not confirmed),
+ * COMMIT_LOG_TRANSACTION_ABORTED, COMMIT_LOG_UNAVAILABLE.
+ */
+typedef struct {
+  qim_store_req req;
+  qim_store_log_append *appends;
+  size_t append_count;
+  bool has_consumer;
+  const char *consumer;
+  qim_log_stream consumer_stream;
+  uint64_t consumer_offset;  /* next offset the consumer will read */
+} qim_store_log_append_req;
+
+/* Records with offset >= from, at most max. COMMIT_LOG_POSITION_UNAVAILABLE if `from` is
+ * below the trim point. out_end = next offset after the last record of the stream. */
+typedef struct { qim_store_req req; qim_log_stream stream; uint64_t from; uint32_t max; qim_store_log_record *out_records; size_t out_count; uint64_t out_end; uint64_t out_trim; } qim_store_log_read_req;
+
+/* A consumer's committed offset (0 when never set). */
+typedef struct { qim_store_req req; const char *consumer; qim_log_stream stream; uint64_t out_offset; } qim_store_log_consumer_get_req;
+typedef struct { qim_store_req req; const char *consumer; qim_log_stream stream; uint64_t offset; } qim_store_log_consumer_set_req;
+
+/* Removes records below `below`, but never below the lowest registered consumer offset of
+ * the stream nor below `protect` (a producer's replay point). out_trim: the trim point. */
+typedef struct { qim_store_req req; qim_log_stream stream; uint64_t below; uint64_t protect; uint64_t out_trim; } qim_store_log_trim_req;
+
+/* Replaces the payload of one record by `payload` (deleted means gone), keeping offset,
+ * key and epoch. COMMIT_LOG_POSITION_UNAVAILABLE if trimmed. */
+typedef struct { qim_store_req req; qim_log_position position; qim_bytes payload; } qim_store_log_redact_req;
+
+/* ---- mailboxes and shards ---------------------------------------------------------- */
+
+/*
+ * Shard takeover: atomically epoch = epoch + 1, owner = `owner`, and a fence record
+ * appended to LogStream::MailboxDispatch{shard}. out_epoch: the new epoch;
+ * out_fence: the fence's position.
+ */
+typedef struct { qim_store_req req; qim_mailbox_shard_id shard; uint64_t owner; qim_shard_epoch out_epoch; qim_log_position out_fence; } qim_store_shard_takeover_req;
+typedef struct { qim_store_req req; qim_mailbox_shard_id shard; qim_shard_epoch out_epoch; uint64_t out_owner; } qim_store_shard_get_req;
+
+/*
+ * AppendMailboxBatch: entries + progress in one atomic write, idempotent by
+ * (user, mailbox_seq, event_ordinal) and by (dispatch_id, lane, chunk). Fenced:
+ * `owner_epoch` must equal the shard's current epoch, checked inside the same
+ * transaction (MATERIALIZE_SHARD_NOT_OWNED otherwise). out: DurabilityReceipt.
+ * MATERIALIZE_PROGRESS_CONFLICT if the stored progress disagrees with the batch.
+ */
+typedef struct { qim_store_req req; const qim_append_mailbox_batch *batch; qim_shard_epoch owner_epoch; qim_durability_receipt out; } qim_store_mailbox_append_req;
+
+typedef struct { qim_store_req req; qim_dispatch_id dispatch_id; qim_lane_id lane; bool out_found; qim_dispatch_progress out; } qim_store_progress_get_req;
+
+/* A user's entries with after_seq < mailbox_seq <= up_to_seq, ordered by (seq, ordinal),
+ * whole event groups only, within max_items / max_bytes (see MailboxRangeQuery). */
+typedef struct { qim_store_req req; qim_mailbox_range_query query; qim_mailbox_entry *out_entries; size_t out_count; bool out_has_more; } qim_store_mailbox_range_req;
+
+typedef struct { qim_store_req req; qim_mailbox_shard_id shard; qim_lane_id lane; qim_lane_watermark out; } qim_store_watermark_get_req;
+/* Forward-only; fenced by owner_epoch like mailbox append. Trims entries below floor. */
+typedef struct { qim_store_req req; qim_watermark_advance advance; qim_shard_epoch owner_epoch; } qim_store_watermark_advance_req;
+
+/* ---- the vtable ---------------------------------------------------------------------- */
+
+struct qim_store_vtable {
+  const char *name; /* "sqlite", "redis" */
+  struct {
+    int (*user_create)(qim_store *, qim_store_user_create_req *);
+    int (*user_get)(qim_store *, qim_store_user_get_req *);
+    int (*user_update)(qim_store *, qim_store_user_update_req *);
+    int (*cred_create)(qim_store *, qim_store_cred_create_req *);
+    int (*cred_get)(qim_store *, qim_store_cred_get_req *);
+    int (*cred_update)(qim_store *, qim_store_cred_update_req *);
+    int (*apikey_put)(qim_store *, qim_store_apikey_put_req *);
+    int (*apikey_get)(qim_store *, qim_store_apikey_get_req *);
+  } accounts;
+  struct {
+    int (*create)(qim_store *, qim_store_conv_create_req *);
+    int (*get)(qim_store *, qim_store_conv_get_req *);
+    int (*update)(qim_store *, qim_store_conv_update_req *);
+    int (*members_change)(qim_store *, qim_store_members_change_req *);
+    int (*member_get)(qim_store *, qim_store_member_get_req *);
+    int (*members_at)(qim_store *, qim_store_members_at_req *);
+    int (*member_receipt)(qim_store *, qim_store_member_receipt_req *);
+    int (*subscriptions)(qim_store *, qim_store_subscriptions_req *);
+  } conversations;
+  struct {
+    int (*reserve)(qim_store *, qim_store_intent_reserve_req *);
+    int (*advance)(qim_store *, qim_store_intent_advance_req *);
+    int (*load)(qim_store *, qim_store_intent_load_req *);
+    int (*list_in_flight)(qim_store *, qim_store_intent_list_req *);
+    int (*forget)(qim_store *, qim_store_intent_forget_req *);
+  } intents;
+  struct {
+    int (*get)(qim_store *, qim_store_record_get_req *);
+    int (*query)(qim_store *, qim_store_record_query_req *);
+    int (*set_state)(qim_store *, qim_store_record_set_state_req *);
+    int (*dellog_add)(qim_store *, qim_store_dellog_add_req *);
+    int (*dellog_query)(qim_store *, qim_store_dellog_query_req *);
+    int (*expire)(qim_store *, qim_store_record_expire_req *);
+  } history;
+  struct {
+    int (*append)(qim_store *, qim_store_log_append_req *);
+    int (*read)(qim_store *, qim_store_log_read_req *);
+    int (*consumer_get)(qim_store *, qim_store_log_consumer_get_req *);
+    int (*consumer_set)(qim_store *, qim_store_log_consumer_set_req *);
+    int (*trim)(qim_store *, qim_store_log_trim_req *);
+    int (*redact)(qim_store *, qim_store_log_redact_req *);
+  } logs;
+  struct {
+    int (*shard_takeover)(qim_store *, qim_store_shard_takeover_req *);
+    int (*shard_get)(qim_store *, qim_store_shard_get_req *);
+    int (*append)(qim_store *, qim_store_mailbox_append_req *);
+    int (*progress_get)(qim_store *, qim_store_progress_get_req *);
+    int (*range)(qim_store *, qim_store_mailbox_range_req *);
+    int (*watermark_get)(qim_store *, qim_store_watermark_get_req *);
+    int (*watermark_advance)(qim_store *, qim_store_watermark_advance_req *);
+  } mailboxes;
+  /* Waits for queued work, stops threads, frees the instance. */
+  void (*close)(qim_store *);
+};
+
+/* ---- opening, counters and helpers ------------------------------------------------- */
+
+typedef struct qim_store_options {
+  qim_shard_config shards;     /* fixed at creation; a mismatch on reopen is -EINVAL */
+  uint32_t queue_capacity;     /* bounded submission queue (default 4096) */
+  uint32_t reader_threads;     /* default 2 */
+  uint32_t max_batch;          /* operations per group commit (default 512) */
+  /* Test hook, called by the writer thread before each fsync'ing COMMIT (e.g. a slow
+   * fsync for liveness tests). NULL in production. */
+  void (*before_commit)(void *ctx);
+  void *hook_ctx;
+} qim_store_options;
+
+/* Opens a backend by URL: "sqlite:PATH" (later "redis://host:port/..."). -EINVAL for an
+ * unknown scheme; -errno / QIM_E_*_UNAVAILABLE when the backend cannot start. */
+int qim_store_open(const char *url, const qim_store_options *opt, qim_store **out);
+static inline void qim_store_close(qim_store *s) { if (s) s->vt->close(s); }
+
+/* Counters for tests and benchmarks (backend-wide, monotonic). */
+typedef struct qim_store_stats {
+  uint64_t operations, transactions, fsyncs, failed_operations, rejected_backpressure;
+  uint64_t batch_hist[8]; /* batches of size 1, 2-3, 4-7, 8-15, 16-63, 64-255, 256-1023, 1024+ */
+} qim_store_stats;
+void qim_store_get_stats(qim_store *s, qim_store_stats *out);
+
+/* Blocking wrapper: QIM_STORE_SYNC(store, intents.reserve, &r) submits and waits for the
+ * completion on a private queue; returns the submit error or r.req.status. Not for use on
+ * an event loop thread. */
+int qim__store_sync_prepare(qim_store_req *r);
+int qim__store_sync_finish(int submit_rc, qim_store_req *r);
+#define QIM_STORE_SYNC(s, call, r) \
+  qim__store_sync_finish((qim__store_sync_prepare(&(r)->req), (s)->vt->call((s), (r))), &(r)->req)
+
+/* Frees outputs of store records. */
+void qim_store_user_free(qim_store_user *u);
+void qim_store_credential_free(qim_store_credential *c);
+void qim_store_conversation_free(qim_store_conversation *c);
+void qim_store_member_free(qim_store_member *m);
+void qim_store_log_record_free(qim_store_log_record *r);
+
+#endif
