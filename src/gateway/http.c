@@ -38,7 +38,9 @@ static const char *const header_names[QIM_HTTP_H_COUNT] = {
     [QIM_HTTP_H_FORWARDED_FOR] = "X-Forwarded-For",
 };
 
-static qim_http_parser *of(http_parser *hp) { return hp->data; }
+static qim_http_parser *of(http_parser *hp) {
+  return hp->data;
+}
 
 static int cb_fail(qim_http_parser *p, int err) {
   p->err_ = err;
@@ -146,6 +148,7 @@ void qim_http_parser_init(qim_http_parser *p, size_t max_header, size_t max_body
 }
 
 void qim_http_parser_free(qim_http_parser *p) {
+  if (!p) return;
   qim_free(p->raw_);
   qim_free(p->body_);
   qim_free(p->arena_);
@@ -160,9 +163,12 @@ const qim_http_request *qim_http_parser_request(const qim_http_parser *p) {
 
 int qim_http_error_status(int err) {
   switch (err) {
-  case -EMSGSIZE: return 431;
-  case -E2BIG: return 413;
-  default: return 400;
+    case -EMSGSIZE:
+      return 431;
+    case -E2BIG:
+      return 413;
+    default:
+      return 400;
   }
 }
 
@@ -190,7 +196,8 @@ static int finish(qim_http_parser *p) {
   struct http_parser_url u;
   http_parser_url_init(&u);
   const char *url = p->raw_ + p->url_off_;
-  if (p->url_len_ == 0 || http_parser_parse_url(url, p->url_len_, p->hp_.method == HTTP_CONNECT, &u))
+  if (p->url_len_ == 0 ||
+      http_parser_parse_url(url, p->url_len_, p->hp_.method == HTTP_CONNECT, &u))
     return p->err_ = -EBADMSG;
   size_t plen = (u.field_set & (1 << UF_PATH)) ? u.field_data[UF_PATH].len : 0;
   size_t qlen = (u.field_set & (1 << UF_QUERY)) ? u.field_data[UF_QUERY].len : 0;
@@ -202,7 +209,8 @@ static int finish(qim_http_parser *p) {
   r->path = arena_put(&w, url + u.field_data[UF_PATH].off, plen);
   r->query = arena_put(&w, url + u.field_data[UF_QUERY].off, qlen);
   for (int i = 0; i < QIM_HTTP_H_COUNT; i++)
-    if (p->val_off_[i] != UNSEEN) r->header[i] = arena_put(&w, p->raw_ + p->val_off_[i], p->val_len_[i]);
+    if (p->val_off_[i] != UNSEEN)
+      r->header[i] = arena_put(&w, p->raw_ + p->val_off_[i], p->val_len_[i]);
   r->apikey = r->header[QIM_HTTP_H_APIKEY];
   if (!r->apikey && qim_http_query_param(r->query, "apikey", w, qlen + 1) >= 0) r->apikey = w;
   r->method = http_method_str(p->hp_.method);
@@ -271,14 +279,15 @@ int qim_http_parse_buffer(const char *data, size_t len, size_t max_header, size_
     rc = qim_http_parser_feed(&p, data + o, len - o < step ? len - o : step, &used);
     total += used;
   }
-  int status = rc == QIM_AGAIN ? 0 : rc < 0 ? qim_http_error_status(rc)
-                                            : qim_http_upgrade_status(qim_http_parser_request(&p));
+  int status = rc == QIM_AGAIN ? 0
+               : rc < 0        ? qim_http_error_status(rc)
+                               : qim_http_upgrade_status(qim_http_parser_request(&p));
   qim_http_parser_free(&p);
   if (consumed) *consumed = total;
   return status;
 }
 
-/* ---- handshake checks ------------------------------------------------------------ */
+/* ---- handshake checks ------------------------------------------------------------------------ */
 
 bool qim_http_has_token(const char *value, const char *token) {
   size_t tl = strlen(token);
@@ -295,7 +304,9 @@ bool qim_http_has_token(const char *value, const char *token) {
   return false;
 }
 
-static bool b64_char(char c) { return isalnum((unsigned char)c) || c == '+' || c == '/'; }
+static bool b64_char(char c) {
+  return isalnum((unsigned char)c) || c == '+' || c == '/';
+}
 
 bool qim_http_ws_key_valid(const char *key) {
   /* 16 bytes encode to 22 base64 characters plus "==". */
@@ -331,28 +342,46 @@ void qim_http_accept_key(const char *key, char out[QIM_HTTP_ACCEPT_LEN + 1]) {
   EVP_EncodeBlock((unsigned char *)out, md, (int)mdlen); /* 20 bytes -> 28 chars + NUL */
 }
 
-/* ---- responses ------------------------------------------------------------------- */
+/* ---- responses ------------------------------------------------------------------------------- */
 
 const char *qim_http_reason(int status) {
   switch (status) {
-  case 101: return "Switching Protocols";
-  case 200: return "OK";
-  case 201: return "Created";
-  case 204: return "No Content";
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 403: return "Forbidden";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 408: return "Request Timeout";
-  case 409: return "Conflict";
-  case 413: return "Content Too Large";
-  case 426: return "Upgrade Required";
-  case 429: return "Too Many Requests";
-  case 431: return "Request Header Fields Too Large";
-  case 500: return "Internal Server Error";
-  case 503: return "Service Unavailable";
-  default: return "Unknown";
+    case 101:
+      return "Switching Protocols";
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 204:
+      return "No Content";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Content Too Large";
+    case 426:
+      return "Upgrade Required";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Unknown";
   }
 }
 
@@ -376,8 +405,9 @@ char *qim_http_format_response(int status, const char *content_type, const char 
 char *qim_http_format_switching(const char *key, size_t *len) {
   char accept[QIM_HTTP_ACCEPT_LEN + 1];
   qim_http_accept_key(key, accept);
-  static const char fmt[] = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                            "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n";
+  static const char fmt[] =
+      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+      "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n";
   size_t cap = sizeof fmt + QIM_HTTP_ACCEPT_LEN;
   char *out = qim_malloc(cap);
   int n = snprintf(out, cap, fmt, accept);
@@ -385,7 +415,7 @@ char *qim_http_format_switching(const char *key, size_t *len) {
   return out;
 }
 
-/* ---- query strings ---------------------------------------------------------------- */
+/* ---- query strings --------------------------------------------------------------------------- */
 
 static int hexval(char c) {
   if (c >= '0' && c <= '9') return c - '0';

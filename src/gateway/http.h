@@ -38,13 +38,13 @@ typedef enum qim_http_header {
 
 /* A parsed request. Strings are NUL-terminated and owned by the parser. */
 typedef struct qim_http_request {
-  const char *method;                    /* "GET", "POST", ... */
-  const char *path;                      /* as sent, not percent-decoded */
-  const char *query;                     /* after '?', "" when none */
-  const char *header[QIM_HTTP_H_COUNT];  /* values (trimmed), NULL when absent */
-  uint32_t repeated;                     /* bit (1u << h) when header h came more than once */
-  const char *apikey;     /* X-Tinode-APIKey, else the decoded `apikey` query value, else NULL */
-  const uint8_t *body;    /* NULL when there is none */
+  const char *method;                   /* "GET", "POST", ... */
+  const char *path;                     /* as sent, not percent-decoded */
+  const char *query;                    /* after '?', "" when none */
+  const char *header[QIM_HTTP_H_COUNT]; /* values (trimmed), NULL when absent */
+  uint32_t repeated;                    /* bit (1u << h) when header h came more than once */
+  const char *apikey;  /* X-Tinode-APIKey, else the decoded `apikey` query value, else NULL */
+  const uint8_t *body; /* NULL when there is none */
   size_t body_len;
   unsigned http_major, http_minor;
 } qim_http_request;
@@ -52,19 +52,19 @@ typedef struct qim_http_request {
 /* Parser state; fields are private. */
 typedef struct qim_http_parser {
   http_parser hp_;
-  char *raw_;                   /* request line + headers as received (bounded) */
+  char *raw_; /* request line + headers as received (bounded) */
   size_t raw_len_, raw_cap_;
-  uint8_t *body_;               /* body bytes (bounded) */
+  uint8_t *body_; /* body bytes (bounded) */
   size_t body_len_, body_cap_;
   size_t max_header_, max_body_;
   uint32_t url_off_, url_len_;
   uint32_t field_off_, field_len_;
   uint32_t val_off_[QIM_HTTP_H_COUNT];
   uint32_t val_len_[QIM_HTTP_H_COUNT];
-  int cur_;                     /* header whose value is being read, -1 for others */
+  int cur_; /* header whose value is being read, -1 for others */
   int err_;
   bool in_value_, headers_done_, complete_;
-  char *arena_;                 /* strings of `req_` */
+  char *arena_; /* strings of `req_` */
   qim_http_request req_;
 } qim_http_parser;
 
@@ -85,7 +85,7 @@ int qim_http_parser_feed(qim_http_parser *p, const char *data, size_t len, size_
 /* The parsed request; valid after feed returned 0, until qim_http_parser_free. */
 const qim_http_request *qim_http_parser_request(const qim_http_parser *p);
 
-/* Frees everything the parser holds (not `p` itself). Accepts a zeroed parser. */
+/* Frees everything the parser holds (not `p` itself). Accepts NULL and a zeroed parser. */
 void qim_http_parser_free(qim_http_parser *p);
 
 /*

@@ -2,7 +2,7 @@
  * net.c — the gateway server: configuration, one libuv loop per I/O thread, the
  * SO_REUSEPORT listeners, the per-loop connection table and lists, the sweep timer
  * (handshake deadlines, idle pings and timeouts, lingering closes), the cross-thread
- * inbox and shutdown. Per-connection behaviour is in conn.c.
+ * inbox and shutdown. Per-connection behaviour is in net_conn.c.
  *
  * Timers: one sweep timer per loop instead of one per connection (a uv_timer_t would
  * add ~150 bytes to every idle connection). Each loop keeps its connections in three
@@ -60,36 +60,42 @@ void qim_http_reply_set(qim_http_reply *r, int status, const char *content_type,
   r->body_len = len;
 }
 
-/* ---- lists and slots (loop thread) ------------------------------------------------------ */
+/* ---- lists and slots (loop thread) ----------------------------------------------------------- */
 
 static conn_list *list_of(net_loop *l, int which) {
   return which == LIST_HANDSHAKE ? &l->handshake : which == LIST_OPEN ? &l->open : &l->closing;
 }
 
-void qim__list_remove(net_loop *l, qim_conn *c) {
+void qim__net_list_remove(net_loop *l, qim_conn *c) {
   if (c->list == LIST_NONE) return;
   conn_list *ls = list_of(l, c->list);
-  if (c->prev) c->prev->next = c->next;
-  else ls->head = c->next;
-  if (c->next) c->next->prev = c->prev;
-  else ls->tail = c->prev;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    ls->head = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  else
+    ls->tail = c->prev;
   c->prev = c->next = NULL;
   c->list = LIST_NONE;
 }
 
-void qim__list_add(net_loop *l, qim_conn *c, int which, uint64_t now) {
-  qim__list_remove(l, c);
+void qim__net_list_add(net_loop *l, qim_conn *c, int which, uint64_t now) {
+  qim__net_list_remove(l, c);
   conn_list *ls = list_of(l, which);
   c->prev = ls->tail;
   c->next = NULL;
-  if (ls->tail) ls->tail->next = c;
-  else ls->head = c;
+  if (ls->tail)
+    ls->tail->next = c;
+  else
+    ls->head = c;
   ls->tail = c;
   c->list = (uint8_t)which;
   c->since_ms = now;
 }
 
-uint64_t qim__slot_alloc(net_loop *l, qim_conn *c) {
+uint64_t qim__net_slot_alloc(net_loop *l, qim_conn *c) {
   if (l->free_slot == NO_SLOT) {
     uint32_t n = l->nslots ? l->nslots * 2 : 64;
     if (n > MAX_SLOTS || n <= l->nslots) abort(); /* 16M connections on one loop */
@@ -106,7 +112,7 @@ uint64_t qim__slot_alloc(net_loop *l, qim_conn *c) {
   return (uint64_t)l->index << 56 | (uint64_t)s->gen << SLOT_BITS | i;
 }
 
-void qim__slot_free(net_loop *l, uint64_t id) {
+void qim__net_slot_free(net_loop *l, uint64_t id) {
   uint32_t i = (uint32_t)(id & (MAX_SLOTS - 1));
   conn_slot *s = &l->slots[i];
   s->conn = NULL;
@@ -115,13 +121,13 @@ void qim__slot_free(net_loop *l, uint64_t id) {
   l->free_slot = i;
 }
 
-qim_conn *qim__slot_get(net_loop *l, uint64_t id) {
+qim_conn *qim__net_slot_get(net_loop *l, uint64_t id) {
   uint32_t i = (uint32_t)(id & (MAX_SLOTS - 1));
   if (i >= l->nslots || l->slots[i].gen != (uint32_t)(id >> SLOT_BITS)) return NULL;
   return l->slots[i].conn;
 }
 
-/* ---- sweep timer (loop thread) ---------------------------------------------------------- */
+/* ---- sweep timer (loop thread) --------------------------------------------------------------- */
 
 static void sweep_open(net_loop *l, uint64_t now) {
   const qim_net_config *cfg = &l->net->cfg;
@@ -132,9 +138,9 @@ static void sweep_open(net_loop *l, uint64_t now) {
     next = c->next;
     if (cfg->idle_timeout && now - c->since_ms >= cfg->idle_timeout) {
       STAT_ADD(l, idle_timeouts, 1);
-      qim__conn_abort(c, QIM_WS_CLOSE_GOING_AWAY, true);
+      qim__net_conn_abort(c, QIM_WS_CLOSE_GOING_AWAY, true);
     } else if (cfg->ping_interval && !c->pinged) {
-      qim__conn_ping(c);
+      qim__net_conn_ping(c);
     }
   }
 }
@@ -146,23 +152,24 @@ static void on_sweep(uv_timer_t *t) {
   qim_conn *c;
   while ((c = l->handshake.head) && now - c->since_ms >= cfg->handshake_timeout) {
     STAT_ADD(l, handshake_timeouts, 1); /* slowloris: the whole request must come in time */
-    qim__conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
+    qim__net_conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
   }
   while ((c = l->closing.head) && now - c->since_ms >= cfg->close_timeout)
-    qim__conn_abort(c, c->close_code, false);
+    qim__net_conn_abort(c, c->close_code, false);
   sweep_open(l, now);
 }
 
 /* A quarter of the shortest deadline, between 5 ms and 1 s. */
 static uint64_t sweep_period(const qim_net_config *cfg) {
-  uint64_t m = cfg->handshake_timeout < cfg->close_timeout ? cfg->handshake_timeout : cfg->close_timeout;
+  uint64_t m =
+      cfg->handshake_timeout < cfg->close_timeout ? cfg->handshake_timeout : cfg->close_timeout;
   if (cfg->idle_timeout && cfg->idle_timeout < m) m = cfg->idle_timeout;
   if (cfg->ping_interval && cfg->ping_interval < m) m = cfg->ping_interval;
   m /= 4;
   return m < 5 ? 5 : m > 1000 ? 1000 : m;
 }
 
-/* ---- loop lifecycle ------------------------------------------------------------------- */
+/* ---- loop lifecycle -------------------------------------------------------------------------- */
 
 /* Runs the upper layer's stop hook once the stopping loop has no connection left. */
 static void maybe_stop_hook(net_loop *l) {
@@ -172,13 +179,13 @@ static void maybe_stop_hook(net_loop *l) {
   if (l->started && net->h.on_loop_stop) net->h.on_loop_stop(net, l->index, &l->uv, net->h.ud);
 }
 
-void qim__loop_conn_gone(net_loop *l) {
+void qim__net_loop_conn_gone(net_loop *l) {
   l->nconns--;
   maybe_stop_hook(l);
 }
 
 static void abort_list(conn_list *ls, uint16_t code, bool try_close_frame) {
-  while (ls->head) qim__conn_abort(ls->head, code, try_close_frame);
+  while (ls->head) qim__net_conn_abort(ls->head, code, try_close_frame);
 }
 
 /* On the loop thread: close everything so uv_run returns. */
@@ -199,12 +206,12 @@ static void loop_shutdown(net_loop *l) {
 }
 
 static void deliver(net_loop *l, const inbox_item *it) {
-  qim_conn *c = qim__slot_get(l, it->id);
+  qim_conn *c = qim__net_slot_get(l, it->id);
   if (it->frame) {
     if (!c || qim_conn_send_frame(c, it->frame) == -EPIPE) STAT_ADD(l, sends_dropped, 1);
     qim_ws_frame_unref(it->frame);
   } else if (c && c->state == CS_HANDSHAKE) {
-    qim__conn_abort(c, it->code, false);
+    qim__net_conn_abort(c, it->code, false);
   } else if (c) {
     qim_conn_close(c, it->code, NULL);
   }
@@ -227,7 +234,7 @@ static void on_wakeup(uv_async_t *a) {
 static void on_connection(uv_stream_t *server, int status) {
   net_loop *l = server->data;
   if (status < 0 || l->stopping) return;
-  qim__conn_accept(l);
+  qim__net_conn_accept(l);
 }
 
 static void thread_main(void *arg) {
@@ -256,7 +263,8 @@ static int listen_socket(const struct sockaddr *sa, socklen_t len, int backlog, 
 }
 
 /* Resolves cfg->host with `port` into ss. */
-static int make_addr(const qim_net_config *cfg, uint16_t port, struct sockaddr_storage *ss, socklen_t *len) {
+static int make_addr(const qim_net_config *cfg, uint16_t port, struct sockaddr_storage *ss,
+                     socklen_t *len) {
   memset(ss, 0, sizeof *ss);
   if (uv_ip4_addr(cfg->host, port, (struct sockaddr_in *)ss) == 0) {
     *len = sizeof(struct sockaddr_in);
@@ -324,8 +332,10 @@ static void loop_teardown(net_loop *l) {
   l->stop_requested = true;
   uv_async_send(&l->wakeup);
   uv_mutex_unlock(&l->mu);
-  if (l->started) uv_thread_join(&l->thread);
-  else uv_run(&l->uv, UV_RUN_DEFAULT); /* never started: finish the closes here */
+  if (l->started)
+    uv_thread_join(&l->thread);
+  else
+    uv_run(&l->uv, UV_RUN_DEFAULT);        /* never started: finish the closes here */
   if (uv_loop_close(&l->uv) != 0) abort(); /* a handle outlived its owner: a bug */
   qim_free(l->items);
   qim_free(l->spare);
@@ -336,7 +346,7 @@ static void loop_teardown(net_loop *l) {
   l->slots = NULL;
 }
 
-/* ---- server --------------------------------------------------------------------------- */
+/* ---- server ---------------------------------------------------------------------------------- */
 
 static int check_config(const qim_net_config *cfg) {
   struct sockaddr_storage ss;
@@ -402,8 +412,10 @@ int qim_net_start(qim_net *net) {
     rc = loop_listen(&net->loops[made], &port);
   }
   for (unsigned i = 0; i < made && rc == 0; i++) {
-    if (uv_thread_create(&net->loops[i].thread, thread_main, &net->loops[i]) != 0) rc = -EAGAIN;
-    else net->loops[i].started = true;
+    if (uv_thread_create(&net->loops[i].thread, thread_main, &net->loops[i]) != 0)
+      rc = -EAGAIN;
+    else
+      net->loops[i].started = true;
   }
   if (rc) { /* undo: every initialised loop is stopped and freed */
     for (unsigned i = 0; i < made; i++) loop_teardown(&net->loops[i]);
@@ -436,13 +448,21 @@ void qim_net_free(qim_net *net) {
   qim_free(net);
 }
 
-uint16_t qim_net_port(const qim_net *net) { return net->port; }
-unsigned qim_net_loops(const qim_net *net) { return net->nloops; }
-uv_loop_t *qim_net_loop(qim_net *net, unsigned i) { return i < net->nloops ? &net->loops[i].uv : NULL; }
+uint16_t qim_net_port(const qim_net *net) {
+  return net->port;
+}
+unsigned qim_net_loops(const qim_net *net) {
+  return net->nloops;
+}
+uv_loop_t *qim_net_loop(qim_net *net, unsigned i) {
+  return i < net->nloops ? &net->loops[i].uv : NULL;
+}
 
-unsigned qim_net_ip_count(qim_net *net, const uint8_t addr[16]) { return qim_iplimit_count(net->ips, addr); }
+unsigned qim_net_ip_count(qim_net *net, const uint8_t addr[16]) {
+  return qim_iplimit_count(net->ips, addr);
+}
 
-/* ---- cross-thread requests -------------------------------------------------------------- */
+/* ---- cross-thread requests ------------------------------------------------------------------- */
 
 static net_loop *loop_for(qim_net *net, uint64_t id) {
   unsigned i = (unsigned)(id >> 56);
@@ -476,9 +496,13 @@ static int post(qim_net *net, uint64_t id, qim_ws_frame *f, uint16_t code) {
   return rc;
 }
 
-int qim_net_send(qim_net *net, uint64_t id, qim_ws_frame *f) { return post(net, id, f, 0); }
+int qim_net_send(qim_net *net, uint64_t id, qim_ws_frame *f) {
+  return post(net, id, f, 0);
+}
 
-int qim_net_close_conn(qim_net *net, uint64_t id, uint16_t code) { return post(net, id, NULL, code); }
+int qim_net_close_conn(qim_net *net, uint64_t id, uint16_t code) {
+  return post(net, id, NULL, code);
+}
 
 int qim_net_send_many(qim_net *net, const uint64_t *ids, size_t n, qim_ws_frame *f) {
   if (!atomic_load(&net->running)) return -ESHUTDOWN;
@@ -506,7 +530,7 @@ int qim_net_send_many(qim_net *net, const uint64_t *ids, size_t n, qim_ws_frame 
   return accepted;
 }
 
-/* ---- counters ---------------------------------------------------------------------------- */
+/* ---- counters -------------------------------------------------------------------------------- */
 
 #define LOAD(field) atomic_load_explicit(&s->field, memory_order_relaxed)
 

@@ -14,7 +14,8 @@
  *  - A qim_conn pointer is valid from on_open until on_close returns. Other threads
  *    refer to connections by id (qim_conn_id) through qim_net_send / qim_net_send_many
  *    / qim_net_close_conn, which post to the loop's bounded inbox; a request for a
- *    connection that has closed meanwhile is dropped safely (ids are never reused).
+ *    connection that has closed meanwhile is dropped safely (ids are not recycled:
+ *    see qim_conn_id).
  *  - on_close is never called from inside a qim_conn_* call: closing is deferred to
  *    the loop, so a handler may send or close while iterating its own structures.
  *
@@ -42,22 +43,22 @@ typedef struct qim_conn qim_conn;
 
 /* Configuration; start from qim_net_config_default(). Times are milliseconds. */
 typedef struct qim_net_config {
-  const char *host;            /* listen address, IPv4 or IPv6 literal ("0.0.0.0") */
-  uint16_t port;               /* 0 = an ephemeral port, read back with qim_net_port() */
-  unsigned threads;            /* I/O loops (1..256); 0 = number of cores */
-  int backlog;                 /* listen() backlog (511) */
-  const char *ws_path;         /* WebSocket endpoint ("/v0/channels") */
-  uint32_t handshake_timeout;  /* accept -> upgrade complete, else closed (10000) */
-  uint32_t idle_timeout;       /* close an open connection silent this long; 0 = never (55000) */
-  uint32_t ping_interval;      /* ping a connection silent this long; 0 = never (50000) */
-  uint32_t close_timeout;      /* wait this long for the close handshake / lingering close (3000) */
-  size_t max_header;           /* request line + headers (8192) -> 431 */
-  size_t max_body;             /* plain-HTTP request body (65536) -> 413 */
-  size_t max_message;          /* WebSocket message, all fragments (262144) -> close 1009 */
-  size_t max_out_bytes;        /* output queue bytes per connection (4 MB) */
-  unsigned max_out_frames;     /* output queue frames per connection (4096) */
-  unsigned max_conns_per_ip;   /* live connections per peer IP; 0 = unlimited -> 429 */
-  unsigned inbox_capacity;     /* cross-thread requests pending per loop (16384) */
+  const char *host;           /* listen address, IPv4 or IPv6 literal ("0.0.0.0") */
+  uint16_t port;              /* 0 = an ephemeral port, read back with qim_net_port() */
+  unsigned threads;           /* I/O loops (1..256); 0 = number of cores */
+  int backlog;                /* listen() backlog (511) */
+  const char *ws_path;        /* WebSocket endpoint ("/v0/channels") */
+  uint32_t handshake_timeout; /* accept -> upgrade complete, else closed (10000) */
+  uint32_t idle_timeout;      /* close an open connection silent this long; 0 = never (55000) */
+  uint32_t ping_interval;     /* ping a connection silent this long; 0 = never (50000) */
+  uint32_t close_timeout;     /* wait this long for the close handshake / lingering close (3000) */
+  size_t max_header;          /* request line + headers (8192) -> 431 */
+  size_t max_body;            /* plain-HTTP request body (65536) -> 413 */
+  size_t max_message;         /* WebSocket message, all fragments (262144) -> close 1009 */
+  size_t max_out_bytes;       /* output queue bytes per connection (4 MB) */
+  unsigned max_out_frames;    /* output queue frames per connection (4096) */
+  unsigned max_conns_per_ip;  /* live connections per peer IP; 0 = unlimited -> 429 */
+  unsigned inbox_capacity;    /* cross-thread requests pending per loop (16384) */
 } qim_net_config;
 
 void qim_net_config_default(qim_net_config *cfg);
@@ -112,23 +113,23 @@ typedef void (*qim_net_route_fn)(const qim_http_request *req, qim_http_reply *re
 
 /* Counters; every field is summed over loops. Gauges are marked. */
 typedef struct qim_net_stats {
-  uint64_t accepted;          /* TCP connections accepted */
-  uint64_t conns;             /* gauge: connections alive, any state */
-  uint64_t ws_conns;          /* gauge: connections past the upgrade, not yet closed */
-  uint64_t upgrades;          /* successful handshakes */
-  uint64_t http_rejected;     /* handshakes answered with a 4xx */
-  uint64_t http_routed;       /* plain-HTTP route requests answered */
-  uint64_t frames_in;         /* messages and control frames received */
-  uint64_t frames_out;        /* frames queued for sending (HTTP responses excluded) */
-  uint64_t bytes_in;          /* TCP bytes read */
-  uint64_t bytes_out;         /* TCP bytes written */
+  uint64_t accepted;      /* TCP connections accepted */
+  uint64_t conns;         /* gauge: connections alive, any state */
+  uint64_t ws_conns;      /* gauge: connections past the upgrade, not yet closed */
+  uint64_t upgrades;      /* successful handshakes */
+  uint64_t http_rejected; /* handshakes answered with a 4xx */
+  uint64_t http_routed;   /* plain-HTTP route requests answered */
+  uint64_t frames_in;     /* messages and control frames received */
+  uint64_t frames_out;    /* frames queued for sending (HTTP responses excluded) */
+  uint64_t bytes_in;      /* TCP bytes read */
+  uint64_t bytes_out;     /* TCP bytes written */
   uint64_t pings_sent;
-  uint64_t slow_consumers;    /* closed because the output queue was full */
+  uint64_t slow_consumers; /* closed because the output queue was full */
   uint64_t idle_timeouts;
   uint64_t handshake_timeouts;
-  uint64_t protocol_errors;   /* closed with 1002/1007/1009/1011 */
-  uint64_t sends_dropped;     /* cross-thread sends to connections already gone */
-  uint64_t inbox_full;        /* cross-thread requests refused with -EAGAIN */
+  uint64_t protocol_errors; /* closed with 1002/1007/1009/1011 */
+  uint64_t sends_dropped;   /* cross-thread sends to connections already gone */
+  uint64_t inbox_full;      /* cross-thread requests refused with -EAGAIN */
 } qim_net_stats;
 
 /*
@@ -191,10 +192,11 @@ void qim_net_loop_stats(const qim_net *net, unsigned i, qim_net_stats *out);
 /* Any thread. Live connections from `addr` (16 bytes, IPv4-mapped for IPv4). */
 unsigned qim_net_ip_count(qim_net *net, const uint8_t addr[16]);
 
-/* ---- connections (owner loop thread only) ----------------------------------------- */
+/* ---- connections (owner loop thread only) ---------------------------------------------------- */
 
-/* 64-bit id: loop index in the top 8 bits, then a slot generation and the slot. Never 0,
- * never reused while the server runs. */
+/* 64-bit id: loop index (bits 56-63), slot generation (24-55), slot (0-23). Never 0. A
+ * slot is reused only with a new generation, so an id repeats only after 2^32 reuses of
+ * one slot. */
 uint64_t qim_conn_id(const qim_conn *c);
 unsigned qim_conn_loop_index(const qim_conn *c);
 uv_loop_t *qim_conn_loop(const qim_conn *c);

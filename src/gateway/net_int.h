@@ -1,7 +1,7 @@
 /*
  * net_int.h — private structures shared by net.c (server, loops, threads, inbox,
- * timers) and conn.c (one connection's reads, handshake, framing, output queue and
- * close). Nothing outside src/gateway/net*.c and conn.c includes this.
+ * timers) and net_conn.c (one connection's reads, handshake, framing, output queue and
+ * close). Nothing outside src/gateway/net.c and net_conn.c includes this.
  */
 #ifndef QIM_GATEWAY_NET_INT_H
 #define QIM_GATEWAY_NET_INT_H
@@ -20,8 +20,8 @@ typedef struct loop_stats {
   _Atomic uint64_t sends_dropped, inbox_full;
 } loop_stats;
 
-#define STAT_ADD(loop, field, n)                                                              \
-  atomic_store_explicit(&(loop)->stats.field,                                                 \
+#define STAT_ADD(loop, field, n)                                                                \
+  atomic_store_explicit(&(loop)->stats.field,                                                   \
                         atomic_load_explicit(&(loop)->stats.field, memory_order_relaxed) + (n), \
                         memory_order_relaxed)
 
@@ -108,35 +108,35 @@ struct qim_conn {
   qim_http_parser *http; /* during the handshake only */
   qim_ws_parser ws;
   out_node *out_head, *out_tail;
-  size_t out_off;        /* bytes of out_head already written */
-  size_t out_bytes;      /* bytes not yet written */
+  size_t out_off;   /* bytes of out_head already written */
+  size_t out_bytes; /* bytes not yet written */
   uint32_t out_frames;
   struct conn_write *wreq; /* the uv_write in flight, or NULL */
   qim_tenant_id tenant;
   uint8_t addr[16];
   uint16_t port;
-  uint16_t close_code;   /* reported to on_close */
+  uint16_t close_code; /* reported to on_close */
   uint8_t state, list;
-  bool opened;           /* on_open ran, so on_close is owed */
-  bool pinged;           /* a ping went out since the last receive */
-  bool discard;          /* closing: ignore input (parser failed, or HTTP answered) */
-  bool peer_closed;      /* the peer's close frame arrived */
-  bool after_flush;      /* closing: act when the queue drains */
-  bool shut;             /* uv_shutdown issued */
+  bool opened;      /* on_open ran, so on_close is owed */
+  bool pinged;      /* a ping went out since the last receive */
+  bool discard;     /* closing: ignore input (parser failed, or HTTP answered) */
+  bool peer_closed; /* the peer's close frame arrived */
+  bool after_flush; /* closing: act when the queue drains */
+  bool shut;        /* uv_shutdown issued */
 };
 
-/* conn.c */
-void qim__conn_accept(net_loop *l);
-void qim__conn_abort(qim_conn *c, uint16_t code, bool try_close_frame);
-void qim__conn_ping(qim_conn *c);
-int qim__conn_queue(qim_conn *c, qim_ws_frame *f, bool limited);
+/* net_conn.c */
+void qim__net_conn_accept(net_loop *l);
+void qim__net_conn_abort(qim_conn *c, uint16_t code, bool try_close_frame);
+void qim__net_conn_ping(qim_conn *c);
+int qim__net_conn_queue(qim_conn *c, qim_ws_frame *f, bool limited);
 
 /* net.c */
-void qim__list_add(net_loop *l, qim_conn *c, int list, uint64_t now);
-void qim__list_remove(net_loop *l, qim_conn *c);
-uint64_t qim__slot_alloc(net_loop *l, qim_conn *c);
-void qim__slot_free(net_loop *l, uint64_t id);
-qim_conn *qim__slot_get(net_loop *l, uint64_t id);
-void qim__loop_conn_gone(net_loop *l);
+void qim__net_list_add(net_loop *l, qim_conn *c, int list, uint64_t now);
+void qim__net_list_remove(net_loop *l, qim_conn *c);
+uint64_t qim__net_slot_alloc(net_loop *l, qim_conn *c);
+void qim__net_slot_free(net_loop *l, uint64_t id);
+qim_conn *qim__net_slot_get(net_loop *l, uint64_t id);
+void qim__net_loop_conn_gone(net_loop *l);
 
 #endif /* QIM_GATEWAY_NET_INT_H */

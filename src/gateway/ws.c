@@ -13,7 +13,7 @@
 #include "qim/err.h"
 #include "qim/mem.h"
 
-/* ---- shared encoded frames ------------------------------------------------------ */
+/* ---- shared encoded frames ------------------------------------------------------------------- */
 
 struct qim_ws_frame {
   atomic_uint refs;
@@ -21,7 +21,9 @@ struct qim_ws_frame {
   uint8_t bytes[];
 };
 
-static bool is_control(int opcode) { return (opcode & 0x8) != 0; }
+static bool is_control(int opcode) {
+  return (opcode & 0x8) != 0;
+}
 
 size_t qim_ws_header_encode(uint8_t out[QIM_WS_MAX_HEADER], int opcode, uint64_t len) {
   out[0] = (uint8_t)(0x80 | (opcode & 0x0F));
@@ -92,10 +94,14 @@ void qim_ws_frame_unref(qim_ws_frame *f) {
   if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) == 1) qim_free(f);
 }
 
-const uint8_t *qim_ws_frame_bytes(const qim_ws_frame *f) { return f->bytes; }
-size_t qim_ws_frame_size(const qim_ws_frame *f) { return f->size; }
+const uint8_t *qim_ws_frame_bytes(const qim_ws_frame *f) {
+  return f->bytes;
+}
+size_t qim_ws_frame_size(const qim_ws_frame *f) {
+  return f->size;
+}
 
-/* ---- UTF-8 ----------------------------------------------------------------------- */
+/* ---- UTF-8 ----------------------------------------------------------------------------------- */
 
 /*
  * Incremental validator state: bits 0-1 hold how many continuation bytes are still
@@ -159,14 +165,18 @@ bool qim_ws_close_code_valid(uint16_t code) {
 
 uint16_t qim_ws_error_close_code(int err) {
   switch (err) {
-  case -EPROTO: return QIM_WS_CLOSE_PROTOCOL;
-  case -EILSEQ: return QIM_WS_CLOSE_INVALID_DATA;
-  case -EMSGSIZE: return QIM_WS_CLOSE_TOO_BIG;
-  default: return QIM_WS_CLOSE_INTERNAL;
+    case -EPROTO:
+      return QIM_WS_CLOSE_PROTOCOL;
+    case -EILSEQ:
+      return QIM_WS_CLOSE_INVALID_DATA;
+    case -EMSGSIZE:
+      return QIM_WS_CLOSE_TOO_BIG;
+    default:
+      return QIM_WS_CLOSE_INTERNAL;
   }
 }
 
-/* ---- parser ---------------------------------------------------------------------- */
+/* ---- parser ---------------------------------------------------------------------------------- */
 
 enum { ST_HEADER = 0, ST_PAYLOAD, ST_CLOSED, ST_FAILED };
 
@@ -186,7 +196,9 @@ static void drop_buffers(qim_ws_parser *p) {
   p->ctl_len_ = 0;
 }
 
-void qim_ws_parser_free(qim_ws_parser *p) { drop_buffers(p); }
+void qim_ws_parser_free(qim_ws_parser *p) {
+  if (p) drop_buffers(p);
+}
 
 size_t qim_ws_parser_buffered(const qim_ws_parser *p) {
   return p->msg_cap_ + (p->ctl_ ? QIM_WS_MAX_CONTROL : 0);
@@ -251,29 +263,31 @@ static int begin_frame(qim_ws_parser *p) {
   bool fin = (b0 & 0x80) != 0;
   uint64_t len = b1 & 0x7F;
   size_t off = 2;
-  if (len == 126) len = read_be(p->hdr_ + 2, 2), off = 4;
-  else if (len == 127) len = read_be(p->hdr_ + 2, 8), off = 10;
+  if (len == 126)
+    len = read_be(p->hdr_ + 2, 2), off = 4;
+  else if (len == 127)
+    len = read_be(p->hdr_ + 2, 8), off = 10;
   if (len >> 63) return -EPROTO;
   memcpy(p->mask_, p->hdr_ + off, 4);
   switch (op) {
-  case QIM_WS_OP_CLOSE:
-  case QIM_WS_OP_PING:
-  case QIM_WS_OP_PONG:
-    if (!fin || len > QIM_WS_MAX_CONTROL) return -EPROTO;
-    break;
-  case QIM_WS_OP_TEXT:
-  case QIM_WS_OP_BINARY:
-    if (p->msg_opcode_) return -EPROTO;
-    if (len > p->max_message_) return -EMSGSIZE;
-    p->msg_opcode_ = (uint8_t)op;
-    p->utf8_ = 0;
-    break;
-  case QIM_WS_OP_CONT:
-    if (!p->msg_opcode_) return -EPROTO;
-    if (len > p->max_message_ - p->msg_len_) return -EMSGSIZE;
-    break;
-  default:
-    return -EPROTO;
+    case QIM_WS_OP_CLOSE:
+    case QIM_WS_OP_PING:
+    case QIM_WS_OP_PONG:
+      if (!fin || len > QIM_WS_MAX_CONTROL) return -EPROTO;
+      break;
+    case QIM_WS_OP_TEXT:
+    case QIM_WS_OP_BINARY:
+      if (p->msg_opcode_) return -EPROTO;
+      if (len > p->max_message_) return -EMSGSIZE;
+      p->msg_opcode_ = (uint8_t)op;
+      p->utf8_ = 0;
+      break;
+    case QIM_WS_OP_CONT:
+      if (!p->msg_opcode_) return -EPROTO;
+      if (len > p->max_message_ - p->msg_len_) return -EMSGSIZE;
+      break;
+    default:
+      return -EPROTO;
   }
   p->opcode_ = (uint8_t)op;
   p->fin_ = fin;
@@ -350,8 +364,8 @@ static int deliver_control(qim_ws_parser *p, uint8_t *d, size_t n, const qim_ws_
 }
 
 /* Payload of a ping/pong/close; 0 when the frame finished, QIM_AGAIN for more input. */
-static int control_payload(qim_ws_parser *p, uint8_t **data, size_t *len,
-                           const qim_ws_events *ev, void *ud, int *cbret) {
+static int control_payload(qim_ws_parser *p, uint8_t **data, size_t *len, const qim_ws_events *ev,
+                           void *ud, int *cbret) {
   size_t want = (size_t)p->remaining_;
   if (p->ctl_len_ == 0 && want <= *len) { /* whole frame at hand: no copy */
     uint8_t *d = *data;
@@ -379,8 +393,8 @@ static int control_payload(qim_ws_parser *p, uint8_t **data, size_t *len,
 }
 
 /* Hands over a complete data message and returns the parser to idle. */
-static int finish_message(qim_ws_parser *p, uint8_t *d, size_t n, const qim_ws_events *ev,
-                          void *ud, int *cbret) {
+static int finish_message(qim_ws_parser *p, uint8_t *d, size_t n, const qim_ws_events *ev, void *ud,
+                          int *cbret) {
   int op = p->msg_opcode_;
   p->msg_opcode_ = 0;
   p->state_ = ST_HEADER;

@@ -52,7 +52,7 @@ enum {
 /* Control frames carry at most 125 payload bytes (RFC 6455 §5.5). */
 #define QIM_WS_MAX_CONTROL 125
 
-/* ---- shared encoded frames ------------------------------------------------------ */
+/* ---- shared encoded frames ------------------------------------------------------------------- */
 
 typedef struct qim_ws_frame qim_ws_frame;
 
@@ -91,7 +91,7 @@ size_t qim_ws_frame_size(const qim_ws_frame *f);
  */
 size_t qim_ws_header_encode(uint8_t out[QIM_WS_MAX_HEADER], int opcode, uint64_t len);
 
-/* ---- parsing client frames ------------------------------------------------------- */
+/* ---- parsing client frames ------------------------------------------------------------------- */
 
 /*
  * Callbacks of qim_ws_parse. `data` is writable and valid only during the call.
@@ -110,22 +110,22 @@ typedef struct qim_ws_events {
 
 /* Parser state. Fields are private; the struct is visible so connections embed it. */
 typedef struct qim_ws_parser {
-  uint8_t *msg_;        /* reassembly buffer of the data message in progress, or NULL */
-  size_t msg_len_;      /* bytes of it received so far */
+  uint8_t *msg_;   /* reassembly buffer of the data message in progress, or NULL */
+  size_t msg_len_; /* bytes of it received so far */
   size_t msg_cap_;
-  uint8_t *ctl_;        /* a control payload split across reads, or NULL */
-  uint64_t remaining_;  /* payload bytes of the current frame still to come */
-  size_t max_message_;  /* limit on a whole (reassembled) message */
-  uint32_t utf8_;       /* incremental UTF-8 validator state */
-  int err_;             /* sticky error once failed */
-  uint8_t hdr_[14];     /* a frame header split across reads */
+  uint8_t *ctl_;       /* a control payload split across reads, or NULL */
+  uint64_t remaining_; /* payload bytes of the current frame still to come */
+  size_t max_message_; /* limit on a whole (reassembled) message */
+  uint32_t utf8_;      /* incremental UTF-8 validator state */
+  int err_;            /* sticky error once failed */
+  uint8_t hdr_[14];    /* a frame header split across reads */
   uint8_t hdr_len_;
   uint8_t mask_[4];
-  uint8_t mask_pos_;    /* payload offset of the current frame, mod 4 */
+  uint8_t mask_pos_; /* payload offset of the current frame, mod 4 */
   uint8_t state_;
-  uint8_t opcode_;      /* opcode of the current frame */
-  uint8_t fin_;         /* FIN bit of the current frame */
-  uint8_t msg_opcode_;  /* TEXT/BINARY of a fragmented message in progress, 0 if none */
+  uint8_t opcode_;     /* opcode of the current frame */
+  uint8_t fin_;        /* FIN bit of the current frame */
+  uint8_t msg_opcode_; /* TEXT/BINARY of a fragmented message in progress, 0 if none */
   uint8_t ctl_len_;
 } qim_ws_parser;
 
@@ -165,7 +165,7 @@ size_t qim_ws_parser_buffered(const qim_ws_parser *p);
 /* True when nothing of a frame or message is pending (a clean point to stop). */
 bool qim_ws_parser_idle(const qim_ws_parser *p);
 
-/* Frees the parser's buffers; the parser may be re-initialised afterwards. */
+/* Frees the parser's buffers (accepts NULL); the parser may be re-initialised afterwards. */
 void qim_ws_parser_free(qim_ws_parser *p);
 
 /* True when `s` is well-formed UTF-8 (no overlongs, surrogates or values > U+10FFFF). */

@@ -13,17 +13,20 @@
 
 #define KEY "dGhlIHNhbXBsZSBub25jZQ=="
 
-static const char upgrade_req[] = "GET /v0/channels?apikey=AQEAAAABAAD_rAp4DJh05a1HAwFT3A6K HTTP/1.1\r\n"
-                                  "Host: localhost:6060\r\n"
-                                  "Connection: Upgrade\r\n"
-                                  "Upgrade: websocket\r\n"
-                                  "Sec-WebSocket-Version: 13\r\n"
-                                  "Sec-WebSocket-Key: " KEY "\r\n"
-                                  "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
-                                  "\r\n";
+static const char upgrade_req[] =
+    "GET /v0/channels?apikey=AQEAAAABAAD_rAp4DJh05a1HAwFT3A6K HTTP/1.1\r\n"
+    "Host: localhost:6060\r\n"
+    "Connection: Upgrade\r\n"
+    "Upgrade: websocket\r\n"
+    "Sec-WebSocket-Version: 13\r\n"
+    "Sec-WebSocket-Key: " KEY
+    "\r\n"
+    "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+    "\r\n";
 
 /* Parses `req` in pieces of `step` bytes (0 = whole); returns feed's final result. */
-static int parse(qim_http_parser *p, const char *req, size_t len, size_t step, size_t *consumed_total) {
+static int parse(qim_http_parser *p, const char *req, size_t len, size_t step,
+                 size_t *consumed_total) {
   qim_http_parser_init(p, 8192, 1024);
   if (!step) step = len;
   int rc = QIM_AGAIN;
@@ -59,7 +62,8 @@ static void test_upgrade_request_is_parsed_whole_and_byte_by_byte(void **state) 
     assert_string_equal(r->apikey, "AQEAAAABAAD_rAp4DJh05a1HAwFT3A6K");
     assert_string_equal(r->header[QIM_HTTP_H_HOST], "localhost:6060");
     assert_string_equal(r->header[QIM_HTTP_H_WS_KEY], KEY);
-    assert_string_equal(r->header[QIM_HTTP_H_WS_EXTENSIONS], "permessage-deflate; client_max_window_bits");
+    assert_string_equal(r->header[QIM_HTTP_H_WS_EXTENSIONS],
+                        "permessage-deflate; client_max_window_bits");
     assert_null(r->header[QIM_HTTP_H_AUTHORIZATION]);
     assert_null(r->body);
     assert_int_equal(qim_http_upgrade_status(r), 101);
@@ -69,7 +73,8 @@ static void test_upgrade_request_is_parsed_whole_and_byte_by_byte(void **state) 
 
 static void test_apikey_header_wins_over_query(void **state) {
   (void)state;
-  const char req[] = "GET /v0/channels?apikey=fromquery HTTP/1.1\r\nX-Tinode-APIKey: fromheader \r\n\r\n";
+  const char req[] =
+      "GET /v0/channels?apikey=fromquery HTTP/1.1\r\nX-Tinode-APIKey: fromheader \r\n\r\n";
   qim_http_parser p;
   assert_int_equal(parse(&p, req, strlen(req), 0, NULL), 0);
   assert_string_equal(qim_http_parser_request(&p)->apikey, "fromheader");
@@ -103,17 +108,26 @@ static int status_of(const char *method, const char *version, const char *header
 static void test_upgrade_status_for_each_failure(void **state) {
   (void)state;
   assert_int_equal(status_of("GET", "HTTP/1.1", GOOD_UP GOOD_VER GOOD_KEY), 101);
-  assert_int_equal(status_of("GET", "HTTP/1.1", "Upgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n" GOOD_VER GOOD_KEY), 101);
+  assert_int_equal(
+      status_of("GET", "HTTP/1.1",
+                "Upgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n" GOOD_VER GOOD_KEY),
+      101);
   assert_int_equal(status_of("POST", "HTTP/1.1", GOOD_UP GOOD_VER GOOD_KEY), 405);
   assert_int_equal(status_of("PUT", "HTTP/1.1", ""), 405);
   assert_int_equal(status_of("GET", "HTTP/1.0", GOOD_UP GOOD_VER GOOD_KEY), 400);
   assert_int_equal(status_of("GET", "HTTP/1.1", GOOD_VER GOOD_KEY), 400);
-  assert_int_equal(status_of("GET", "HTTP/1.1", "Upgrade: h2c\r\nConnection: Upgrade\r\n" GOOD_VER GOOD_KEY), 400);
-  assert_int_equal(status_of("GET", "HTTP/1.1", "Upgrade: websocket\r\nConnection: keep-alive\r\n" GOOD_VER GOOD_KEY), 400);
+  assert_int_equal(
+      status_of("GET", "HTTP/1.1", "Upgrade: h2c\r\nConnection: Upgrade\r\n" GOOD_VER GOOD_KEY),
+      400);
+  assert_int_equal(status_of("GET", "HTTP/1.1",
+                             "Upgrade: websocket\r\nConnection: keep-alive\r\n" GOOD_VER GOOD_KEY),
+                   400);
   assert_int_equal(status_of("GET", "HTTP/1.1", GOOD_UP GOOD_KEY), 426);
-  assert_int_equal(status_of("GET", "HTTP/1.1", GOOD_UP "Sec-WebSocket-Version: 8\r\n" GOOD_KEY), 426);
+  assert_int_equal(status_of("GET", "HTTP/1.1", GOOD_UP "Sec-WebSocket-Version: 8\r\n" GOOD_KEY),
+                   426);
   assert_int_equal(status_of("GET", "HTTP/1.1", GOOD_UP GOOD_VER), 400);
-  assert_int_equal(status_of("GET", "HTTP/1.1", GOOD_UP GOOD_VER "Sec-WebSocket-Key: short\r\n"), 400);
+  assert_int_equal(status_of("GET", "HTTP/1.1", GOOD_UP GOOD_VER "Sec-WebSocket-Key: short\r\n"),
+                   400);
   assert_int_equal(status_of("GET", "HTTP/1.1", GOOD_UP GOOD_VER GOOD_KEY GOOD_KEY), 400);
 }
 
@@ -122,7 +136,7 @@ static void test_ws_key_validation(void **state) {
   assert_true(qim_http_ws_key_valid(KEY));
   assert_true(qim_http_ws_key_valid("AAAAAAAAAAAAAAAAAAAAAA=="));
   assert_false(qim_http_ws_key_valid("AAAAAAAAAAAAAAAAAAAAAB==")); /* stray low bits */
-  assert_false(qim_http_ws_key_valid("AAAAAAAAAAAAAAAAAAAAA==")); /* 15 bytes */
+  assert_false(qim_http_ws_key_valid("AAAAAAAAAAAAAAAAAAAAA=="));  /* 15 bytes */
   assert_false(qim_http_ws_key_valid("AAAAAAAAAAAAAAAAAAAA*A=="));
   assert_false(qim_http_ws_key_valid(""));
 }
@@ -146,7 +160,8 @@ static void test_oversized_header_block_is_431(void **state) {
 static void test_body_is_bounded(void **state) {
   (void)state;
   qim_http_parser p;
-  const char ok[] = "POST /admin HTTP/1.1\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello";
+  const char ok[] =
+      "POST /admin HTTP/1.1\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello";
   assert_int_equal(parse(&p, ok, strlen(ok), 3, NULL), 0);
   const qim_http_request *r = qim_http_parser_request(&p);
   assert_int_equal(r->body_len, 5);
@@ -175,7 +190,8 @@ static void test_body_is_bounded(void **state) {
 
 static void test_chunked_body_within_bound_is_joined(void **state) {
   (void)state;
-  const char req[] = "POST /admin HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+  const char req[] =
+      "POST /admin HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
   qim_http_parser p;
   assert_int_equal(parse(&p, req, strlen(req), 1, NULL), 0);
   const qim_http_request *r = qim_http_parser_request(&p);
@@ -188,8 +204,9 @@ static void test_chunked_trailers_are_ignored(void **state) {
   (void)state;
   /* Trailer headers arrive after the header block (found by fuzzing: they used to be
    * recorded as offsets into a buffer they are not in). */
-  const char req[] = "POST /admin HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                     "2\r\nab\r\n0\r\nHost: trailer\r\nX-Tinode-APIKey: sneaky\r\n\r\n";
+  const char req[] =
+      "POST /admin HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "2\r\nab\r\n0\r\nHost: trailer\r\nX-Tinode-APIKey: sneaky\r\n\r\n";
   for (size_t step = 0; step <= 5; step++) {
     qim_http_parser p;
     assert_int_equal(parse(&p, req, strlen(req), step, NULL), 0);
@@ -203,7 +220,8 @@ static void test_chunked_trailers_are_ignored(void **state) {
 
 static void test_garbage_is_400(void **state) {
   (void)state;
-  const char *bad[] = {"HELLO\r\n\r\n", "GET /x HTTP/9.9.9\r\n\r\n", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+  const char *bad[] = {"HELLO\r\n\r\n", "GET /x HTTP/9.9.9\r\n\r\n",
+                       "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
                        "GET /x HTTP/1.1\r\nBad Header\r\n\r\n"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     qim_http_parser p;
@@ -255,7 +273,8 @@ static void test_query_params_and_tokens(void **state) {
   assert_int_equal(qim_http_query_param("apikey", "apikey", out, sizeof out), 0);
   assert_int_equal(qim_http_query_param("apikey=%4", "apikey", out, sizeof out), -EINVAL);
   assert_int_equal(qim_http_query_param("apikey=%00", "apikey", out, sizeof out), -EINVAL);
-  assert_int_equal(qim_http_query_param("apikey=0123456789abcdefg", "apikey", out, sizeof out), -ENOSPC);
+  assert_int_equal(qim_http_query_param("apikey=0123456789abcdefg", "apikey", out, sizeof out),
+                   -ENOSPC);
   assert_true(qim_http_has_token("keep-alive, Upgrade", "upgrade"));
   assert_true(qim_http_has_token(" upgrade ", "upgrade"));
   assert_false(qim_http_has_token("upgraded", "upgrade"));
@@ -265,14 +284,19 @@ static void test_query_params_and_tokens(void **state) {
 static void test_responses_are_complete_and_close(void **state) {
   (void)state;
   size_t len;
-  char *r = qim_http_format_response(426, "text/plain", "Sec-WebSocket-Version: 13\r\n", "x", 1, &len);
-  assert_string_equal(r, "HTTP/1.1 426 Upgrade Required\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n"
-                         "Connection: close\r\nSec-WebSocket-Version: 13\r\n\r\nx");
+  char *r =
+      qim_http_format_response(426, "text/plain", "Sec-WebSocket-Version: 13\r\n", "x", 1, &len);
+  assert_string_equal(
+      r,
+      "HTTP/1.1 426 Upgrade Required\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n"
+      "Connection: close\r\nSec-WebSocket-Version: 13\r\n\r\nx");
   assert_int_equal(len, strlen(r));
   qim_free(r);
   r = qim_http_format_switching(KEY, &len);
-  assert_string_equal(r, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                         "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
+  assert_string_equal(
+      r,
+      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
   assert_int_equal(len, strlen(r));
   qim_free(r);
   assert_string_equal(qim_http_reason(429), "Too Many Requests");

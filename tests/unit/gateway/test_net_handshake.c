@@ -35,9 +35,10 @@ static char *roundtrip(wsc *c, const char *text) {
 static void test_upgrade_succeeds_with_accept_key_and_tenant(void **state) {
   (void)state;
   wsc c;
-  assert_int_equal(wsc_upgrade(&c, S.port, "/v0/channels?apikey=good",
-                               "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"),
-                   101);
+  assert_int_equal(
+      wsc_upgrade(&c, S.port, "/v0/channels?apikey=good",
+                  "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"),
+      101);
   assert_non_null(strstr(c.head, "Sec-WebSocket-Accept: " WSC_ACCEPT "\r\n"));
   assert_non_null(strstr(c.head, "Upgrade: websocket\r\n"));
   /* permessage-deflate is declined by not answering it. */
@@ -56,7 +57,8 @@ static void test_upgrade_succeeds_with_accept_key_and_tenant(void **state) {
 static void test_apikey_header_selects_the_tenant(void **state) {
   (void)state;
   wsc c;
-  assert_int_equal(wsc_upgrade(&c, S.port, "/v0/channels?apikey=bad", "X-Tinode-APIKey: other\r\n"), 101);
+  assert_int_equal(wsc_upgrade(&c, S.port, "/v0/channels?apikey=bad", "X-Tinode-APIKey: other\r\n"),
+                   101);
   char *r = roundtrip(&c, "tenant");
   assert_string_equal(r, "tenant:7");
   free(r);
@@ -90,9 +92,11 @@ static void test_unknown_path_is_404(void **state) {
 static void test_non_get_is_405(void **state) {
   (void)state;
   wsc c;
-  assert_int_equal(wsc_request(&c, S.port,
-                               "POST /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"),
-                   405);
+  assert_int_equal(
+      wsc_request(
+          &c, S.port,
+          "POST /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"),
+      405);
   assert_non_null(strstr(c.head, "Allow: GET\r\n"));
   wsc_close(&c);
 }
@@ -100,9 +104,11 @@ static void test_non_get_is_405(void **state) {
 static void test_wrong_or_missing_version_is_426_naming_13(void **state) {
   (void)state;
   const char *reqs[] = {
-      "GET /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "GET /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: "
+      "Upgrade\r\n"
       "Sec-WebSocket-Version: 8\r\nSec-WebSocket-Key: " WSC_KEY "\r\n\r\n",
-      "GET /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "GET /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: "
+      "Upgrade\r\n"
       "Sec-WebSocket-Key: " WSC_KEY "\r\n\r\n",
   };
   for (int i = 0; i < 2; i++) {
@@ -117,10 +123,12 @@ static void test_missing_upgrade_parts_are_400(void **state) {
   (void)state;
   const char *reqs[] = {
       /* no key */
-      "GET /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "GET /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: "
+      "Upgrade\r\n"
       "Sec-WebSocket-Version: 13\r\n\r\n",
       /* a key that is not 16 bytes of base64 */
-      "GET /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "GET /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: "
+      "Upgrade\r\n"
       "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: abc\r\n\r\n",
       /* a plain GET of the WebSocket endpoint */
       "GET /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -152,7 +160,8 @@ static void test_frame_sent_behind_the_request_is_delivered(void **state) {
   char req[512];
   int n = snprintf(req, sizeof req,
                    "GET /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
-                   "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " WSC_KEY "\r\n\r\n");
+                   "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " WSC_KEY
+                   "\r\n\r\n");
   n += (int)wsc_frame((uint8_t *)req + n, 0x81, true, "early", 5, WSC_LEN_AUTO);
   wsc c;
   assert_int_equal(wsc_connect(&c, S.port), 0);
@@ -246,9 +255,10 @@ static void route_health(const qim_http_request *req, qim_http_reply *rep, void 
 
 static void route_echo(const qim_http_request *req, qim_http_reply *rep, void *ud) {
   char out[256];
-  int n = snprintf(out, sizeof out, "%s %s %s auth=%s ud=%s body=%.*s", req->method, req->path, req->query,
-                   req->header[QIM_HTTP_H_AUTHORIZATION] ? req->header[QIM_HTTP_H_AUTHORIZATION] : "-",
-                   (const char *)ud, (int)req->body_len, req->body ? (const char *)req->body : "");
+  int n = snprintf(
+      out, sizeof out, "%s %s %s auth=%s ud=%s body=%.*s", req->method, req->path, req->query,
+      req->header[QIM_HTTP_H_AUTHORIZATION] ? req->header[QIM_HTTP_H_AUTHORIZATION] : "-",
+      (const char *)ud, (int)req->body_len, req->body ? (const char *)req->body : "");
   qim_http_reply_set(rep, 201, "text/plain", out, (size_t)n);
 }
 
@@ -274,17 +284,20 @@ static void test_routes_answer_plain_requests(void **state) {
   free(body);
   wsc_close(&c);
 
-  assert_int_equal(wsc_request(&c, S.port,
-                               "POST /admin/echo?x=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n"
-                               "Content-Length: 4\r\n\r\nping"),
-                   201);
+  assert_int_equal(
+      wsc_request(&c, S.port,
+                  "POST /admin/echo?x=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n"
+                  "Content-Length: 4\r\n\r\nping"),
+      201);
   body = wsc_read_body(&c, 2000);
   assert_string_equal(body, "POST /admin/echo x=1 auth=Bearer t ud=U body=ping");
   free(body);
   wsc_close(&c);
 
   /* A body above max_body is refused before the route runs. */
-  assert_int_equal(wsc_request(&c, S.port, "POST /admin/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 65\r\n\r\n"), 413);
+  assert_int_equal(
+      wsc_request(&c, S.port, "POST /admin/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 65\r\n\r\n"),
+      413);
   wsc_close(&c);
   assert_int_equal(tsrv_stats(&S).http_routed, 2);
 }
@@ -352,17 +365,21 @@ static void test_loop_hooks_run_once_per_loop(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_upgrade_succeeds_with_accept_key_and_tenant, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_upgrade_succeeds_with_accept_key_and_tenant, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_apikey_header_selects_the_tenant, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_or_missing_apikey_gets_403_json, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_path_is_404, setup, teardown),
       cmocka_unit_test_setup_teardown(test_non_get_is_405, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_wrong_or_missing_version_is_426_naming_13, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_wrong_or_missing_version_is_426_naming_13, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_missing_upgrade_parts_are_400, setup, teardown),
       cmocka_unit_test_setup_teardown(test_oversized_header_is_431, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_frame_sent_behind_the_request_is_delivered, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_frame_sent_behind_the_request_is_delivered, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_peer_address_is_reported, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_slowloris_upgrade_is_cut_at_the_deadline, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_slowloris_upgrade_is_cut_at_the_deadline, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_per_ip_limit_answers_429, setup, teardown),
       cmocka_unit_test_setup_teardown(test_routes_answer_plain_requests, setup, teardown),
       cmocka_unit_test_setup_teardown(test_configuration_and_lifecycle_errors, setup, teardown),

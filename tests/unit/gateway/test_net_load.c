@@ -12,7 +12,9 @@
 
 static tsrv S;
 
-static int start_cfg(const qim_net_config *cfg) { return tsrv_start(&S, cfg) || tsrv_run(&S) ? -1 : 0; }
+static int start_cfg(const qim_net_config *cfg) {
+  return tsrv_start(&S, cfg) || tsrv_run(&S) ? -1 : 0;
+}
 
 static int setup(void **state) {
   (void)state;
@@ -52,7 +54,7 @@ static void expect_text(wsc *c, const char *want) {
   free(p);
 }
 
-/* ---- slow consumer -------------------------------------------------------------------- */
+/* ---- slow consumer --------------------------------------------------------------------------- */
 
 typedef struct reader {
   wsc *c;
@@ -137,7 +139,7 @@ static void test_handler_flood_hits_the_frame_limit(void **state) {
   wsc_close(&c);
 }
 
-/* ---- many connections -------------------------------------------------------------------- */
+/* ---- many connections ------------------------------------------------------------------------ */
 
 #define MANY 200
 
@@ -172,7 +174,7 @@ static void test_many_connections_spread_over_two_loops(void **state) {
   assert_int_equal(st.accepted, MANY);
 }
 
-/* ---- cross-thread requests ------------------------------------------------------------------ */
+/* ---- cross-thread requests ------------------------------------------------------------------- */
 
 static void test_cross_thread_sends_and_closes_reach_connections(void **state) {
   (void)state;
@@ -249,7 +251,7 @@ static void test_full_inbox_refuses_with_eagain(void **state) {
   wsc_close(&c);
 }
 
-/* ---- memory and shutdown ---------------------------------------------------------------------- */
+/* ---- memory and shutdown --------------------------------------------------------------------- */
 
 #define IDLE_CONNS 100
 
@@ -299,14 +301,17 @@ static void test_stop_closes_open_connections_going_away(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_slow_consumer_is_dropped_while_others_keep_receiving, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_slow_consumer_is_dropped_while_others_keep_receiving,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_handler_flood_hits_the_frame_limit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_many_connections_spread_over_two_loops, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_cross_thread_sends_and_closes_reach_connections, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cross_thread_sends_and_closes_reach_connections, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_send_to_a_closed_connection_is_dropped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_inbox_refuses_with_eagain, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connection_costs_under_1kb, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_stop_closes_open_connections_going_away, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stop_closes_open_connections_going_away, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -221,7 +221,10 @@ static void test_server_close_handshake_completes(void **state) {
   assert_int_equal(wsc_recv(&c, &op, &p, &n, 3000), 0);
   assert_int_equal(op, 0x8);
   assert_int_equal(n, 5);
-  assert_memory_equal(p, "\x0f\xa1" "bye", 5);
+  assert_memory_equal(p,
+                      "\x0f\xa1"
+                      "bye",
+                      5);
   free(p);
   /* Messages sent after the server's close are not delivered. */
   assert_int_equal(wsc_send_text(&c, "after"), 0);
@@ -323,7 +326,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_probe_text_1_is_delivered_as_text, setup, teardown),
       cmocka_unit_test_setup_teardown(test_binary_is_delivered_as_binary, setup, teardown),
       cmocka_unit_test_setup_teardown(test_16_and_64_bit_lengths_round_trip, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fragments_with_a_ping_between_are_joined, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fragments_with_a_ping_between_are_joined, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_unmasked_frame_closes_1002, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_opcode_closes_1002, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reserved_bit_closes_1002, setup, teardown),
@@ -332,9 +336,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_invalid_utf8_closes_1007, setup, teardown),
       cmocka_unit_test_setup_teardown(test_client_close_is_echoed_and_tcp_ends, setup, teardown),
       cmocka_unit_test_setup_teardown(test_server_close_handshake_completes, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unanswered_server_close_ends_at_close_timeout, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unanswered_server_close_ends_at_close_timeout, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_idle_connection_is_pinged_then_dropped, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_idle_buffers_are_released_after_a_split_message, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_idle_buffers_are_released_after_a_split_message, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

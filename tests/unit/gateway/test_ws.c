@@ -10,7 +10,7 @@
 #include "qim/mem.h"
 #include "testsupport.h"
 
-/* ---- building client frames ------------------------------------------------------------- */
+/* ---- building client frames ------------------------------------------------------------------ */
 
 enum { LEN_AUTO = 0, LEN_16 = 16, LEN_64 = 64 };
 
@@ -41,7 +41,7 @@ static size_t mkframe(uint8_t *out, uint8_t b0, int masked, const void *payload,
   return o + len;
 }
 
-/* ---- recording events -------------------------------------------------------------------- */
+/* ---- recording events ------------------------------------------------------------------------ */
 
 typedef struct event {
   int opcode;
@@ -68,8 +68,12 @@ static int record(recorder *r, int control, int opcode, const uint8_t *d, size_t
   return r->stop_with;
 }
 
-static int on_msg(void *ud, int op, uint8_t *d, size_t len) { return record(ud, 0, op, d, len); }
-static int on_ctl(void *ud, int op, uint8_t *d, size_t len) { return record(ud, 1, op, d, len); }
+static int on_msg(void *ud, int op, uint8_t *d, size_t len) {
+  return record(ud, 0, op, d, len);
+}
+static int on_ctl(void *ud, int op, uint8_t *d, size_t len) {
+  return record(ud, 1, op, d, len);
+}
 static const qim_ws_events events = {on_msg, on_ctl};
 
 static void recorder_free(recorder *r) {
@@ -89,7 +93,7 @@ static int feed(qim_ws_parser *p, recorder *r, const uint8_t *buf, size_t len, s
   return rc;
 }
 
-/* ---- tests ------------------------------------------------------------------------------------- */
+/* ---- tests ----------------------------------------------------------------------------------- */
 
 static void test_masked_text_frame_is_delivered_in_place(void **state) {
   (void)state;
@@ -190,10 +194,10 @@ static void test_byte_by_byte_input_gives_the_same_messages(void **state) {
 static void test_fragments_with_ping_between_are_reassembled(void **state) {
   (void)state;
   uint8_t buf[256];
-  size_t n = mkframe(buf, 0x01, 1, "Hel", 3, LEN_AUTO);   /* TEXT, FIN=0 */
-  n += mkframe(buf + n, 0x89, 1, "p", 1, LEN_AUTO);       /* PING between fragments */
-  n += mkframe(buf + n, 0x00, 1, "lo ", 3, LEN_AUTO);     /* CONT, FIN=0 */
-  n += mkframe(buf + n, 0x8A, 1, "", 0, LEN_AUTO);        /* PONG too */
+  size_t n = mkframe(buf, 0x01, 1, "Hel", 3, LEN_AUTO);      /* TEXT, FIN=0 */
+  n += mkframe(buf + n, 0x89, 1, "p", 1, LEN_AUTO);          /* PING between fragments */
+  n += mkframe(buf + n, 0x00, 1, "lo ", 3, LEN_AUTO);        /* CONT, FIN=0 */
+  n += mkframe(buf + n, 0x8A, 1, "", 0, LEN_AUTO);           /* PONG too */
   n += mkframe(buf + n, 0x80, 1, "wo\xc3\xa9", 4, LEN_AUTO); /* CONT, FIN=1 */
   for (size_t step = 0; step <= 3; step++) {
     qim_ws_parser p;
@@ -288,7 +292,7 @@ static void test_exact_limit_is_accepted(void **state) {
 static void test_invalid_utf8_text_is_rejected(void **state) {
   (void)state;
   static const char *bad[] = {"\xc0\x80", "\xe0\x80\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80",
-                              "ab\xff", "\xc3", "\x80"};
+                              "ab\xff",   "\xc3",         "\x80"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     uint8_t buf[32];
     size_t n = mkframe(buf, 0x81, 1, bad[i], strlen(bad[i]), LEN_AUTO);
@@ -385,13 +389,15 @@ static void test_close_payload_is_validated(void **state) {
     size_t len;
     int rc;
   } cases[] = {
-      {"\x03\xed", 2, -EPROTO},           /* 1005 must not be sent */
-      {"\x03\xee", 2, -EPROTO},           /* 1006 neither */
-      {"\x03\xe7", 2, -EPROTO},           /* 999 */
-      {"\x0b\xb8", 2, 0},                 /* 3000 */
-      {"\x03\xe8" "bye", 5, 0},           /* 1000 + reason */
-      {"\x03\xe8\xff", 3, -EILSEQ},       /* reason not UTF-8 */
-      {"", 0, 0},                         /* no code at all */
+      {"\x03\xed", 2, -EPROTO}, /* 1005 must not be sent */
+      {"\x03\xee", 2, -EPROTO}, /* 1006 neither */
+      {"\x03\xe7", 2, -EPROTO}, /* 999 */
+      {"\x0b\xb8", 2, 0},       /* 3000 */
+      {"\x03\xe8"
+       "bye",
+       5, 0},                       /* 1000 + reason */
+      {"\x03\xe8\xff", 3, -EILSEQ}, /* reason not UTF-8 */
+      {"", 0, 0},                   /* no code at all */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     uint8_t buf[64];
@@ -515,7 +521,7 @@ static void test_utf8_validator_vectors(void **state) {
   assert_true(qim_ws_utf8_valid((const uint8_t *)"\xee\x80\x80", 3));      /* U+E000 */
   assert_false(qim_ws_utf8_valid((const uint8_t *)"\xf0\x8f\xbf\xbf", 4)); /* overlong */
   assert_false(qim_ws_utf8_valid((const uint8_t *)"\xf5\x80\x80\x80", 4));
-  assert_false(qim_ws_utf8_valid((const uint8_t *)"\xf0\x9f\x98", 3));     /* truncated */
+  assert_false(qim_ws_utf8_valid((const uint8_t *)"\xf0\x9f\x98", 3)); /* truncated */
   assert_false(qim_ws_utf8_valid((const uint8_t *)"\xc1\xbf", 2));
 }
 
@@ -538,7 +544,10 @@ static void test_frame_encoding_and_sharing(void **state) {
   size_t before = qim_mem_used();
   qim_ws_frame *f = qim_ws_frame_new(QIM_WS_OP_TEXT, "0", 1);
   assert_int_equal(qim_ws_frame_size(f), 3);
-  assert_memory_equal(qim_ws_frame_bytes(f), "\x81\x01" "0", 3);
+  assert_memory_equal(qim_ws_frame_bytes(f),
+                      "\x81\x01"
+                      "0",
+                      3);
   assert_ptr_equal(qim_ws_frame_ref(f), f);
   qim_ws_frame_unref(f);
   assert_int_equal(qim_ws_frame_bytes(f)[2], '0'); /* still alive: one reference left */

@@ -103,7 +103,8 @@ static inline bool tsrv_command(qim_conn *c, const char *m, size_t len) {
   return true;
 }
 
-static inline void tsrv_on_message(qim_conn *c, int opcode, const uint8_t *d, size_t len, void *ud) {
+static inline void tsrv_on_message(qim_conn *c, int opcode, const uint8_t *d, size_t len,
+                                   void *ud) {
   tsrv *s = ud;
   pthread_mutex_lock(&s->mu);
   s->nmessages++;
@@ -232,10 +233,10 @@ static inline qim_net_stats tsrv_stats(tsrv *s) {
 
 /* Polls `cond` (an expression) every 2 ms until it holds or ms milliseconds pass; the
  * test then asserts the condition itself. */
-#define WAIT_FOR(cond, ms)                                                          \
-  do {                                                                              \
-    int64_t end_ = wsc_now_ms() + (ms);                                             \
-    while (!(cond) && wsc_now_ms() < end_) usleep(2000);                            \
+#define WAIT_FOR(cond, ms)                               \
+  do {                                                   \
+    int64_t end_ = wsc_now_ms() + (ms);                  \
+    while (!(cond) && wsc_now_ms() < end_) usleep(2000); \
   } while (0)
 
 #endif /* QIM_TEST_TESTSRV_H */

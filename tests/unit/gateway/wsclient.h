@@ -31,8 +31,8 @@ typedef struct wsc {
   int fd;
   uint8_t *buf; /* received, not yet consumed */
   size_t len, cap;
-  int status;       /* HTTP status of the handshake answer */
-  char head[2048];  /* its header block */
+  int status;      /* HTTP status of the handshake answer */
+  char head[2048]; /* its header block */
 } wsc;
 
 static inline int64_t wsc_now_ms(void) {
@@ -148,7 +148,8 @@ static inline char *wsc_read_body(wsc *c, int timeout_ms) {
 }
 
 /* A client frame: b0 = FIN|RSV|opcode as on the wire. Returns its size. */
-static inline size_t wsc_frame(uint8_t *out, uint8_t b0, bool masked, const void *payload, size_t len, int form) {
+static inline size_t wsc_frame(uint8_t *out, uint8_t b0, bool masked, const void *payload,
+                               size_t len, int form) {
   static const uint8_t key[4] = {0x12, 0x9a, 0xc3, 0x7e};
   size_t o = 0;
   out[o++] = b0;
@@ -170,7 +171,8 @@ static inline size_t wsc_frame(uint8_t *out, uint8_t b0, bool masked, const void
 }
 
 /* Sends one frame built by wsc_frame. */
-static inline int wsc_send_raw(wsc *c, uint8_t b0, bool masked, const void *p, size_t len, int form) {
+static inline int wsc_send_raw(wsc *c, uint8_t b0, bool masked, const void *p, size_t len,
+                               int form) {
   uint8_t *buf = malloc(len + 14);
   size_t n = wsc_frame(buf, b0, masked, p, len, form);
   int rc = wsc_write(c, buf, n);
@@ -183,7 +185,9 @@ static inline int wsc_send(wsc *c, int opcode, const void *p, size_t len) {
   return wsc_send_raw(c, (uint8_t)(0x80 | opcode), true, p, len, WSC_LEN_AUTO);
 }
 
-static inline int wsc_send_text(wsc *c, const char *s) { return wsc_send(c, 0x1, s, strlen(s)); }
+static inline int wsc_send_text(wsc *c, const char *s) {
+  return wsc_send(c, 0x1, s, strlen(s));
+}
 
 static inline int wsc_send_close(wsc *c, int code) {
   uint8_t p[2] = {(uint8_t)(code >> 8), (uint8_t)code};

@@ -1,5 +1,5 @@
 /*
- * conn.c — one gateway connection on its loop: accept, reads, the HTTP upgrade (or a
+ * net_conn.c — one gateway connection on its loop: accept, reads, the HTTP upgrade (or a
  * plain route), WebSocket framing, the bounded output queue and the close paths.
  *
  * States: HANDSHAKE (reading the request; bounded by handshake_timeout) -> OPEN
@@ -33,10 +33,14 @@ typedef struct conn_write {
 
 static const char apikey_body[] = "{\"ctrl\":{\"code\":403,\"text\":\"valid API key required\"}}";
 
-static uint64_t now_ms(const net_loop *l) { return uv_now(&l->uv); }
-static const qim_net_config *cfg_of(const qim_conn *c) { return &c->loop->net->cfg; }
+static uint64_t now_ms(const net_loop *l) {
+  return uv_now(&l->uv);
+}
+static const qim_net_config *cfg_of(const qim_conn *c) {
+  return &c->loop->net->cfg;
+}
 
-/* ---- closing ---------------------------------------------------------------------- */
+/* ---- closing --------------------------------------------------------------------------------- */
 
 static void free_queue(qim_conn *c) {
   for (out_node *n = c->out_head, *next; n; n = next) {
@@ -62,13 +66,13 @@ static void on_closed(uv_handle_t *h) {
   qim_free(c->http);
   qim_ws_parser_free(&c->ws);
   qim_iplimit_release(net->ips, c->addr);
-  qim__slot_free(l, c->id);
+  qim__net_slot_free(l, c->id);
   STAT_ADD(l, conns, (uint64_t)-1);
   qim_free(c);
-  qim__loop_conn_gone(l);
+  qim__net_loop_conn_gone(l);
 }
 
-void qim__conn_abort(qim_conn *c, uint16_t code, bool try_close_frame) {
+void qim__net_conn_abort(qim_conn *c, uint16_t code, bool try_close_frame) {
   if (c->state == CS_DEAD) return;
   if (c->state != CS_CLOSING) c->close_code = code; /* a close handshake keeps its code */
   if (try_close_frame && c->state == CS_OPEN && !c->out_head) {
@@ -79,7 +83,7 @@ void qim__conn_abort(qim_conn *c, uint16_t code, bool try_close_frame) {
     qim_ws_frame_unref(f);
   }
   c->state = CS_DEAD;
-  qim__list_remove(c->loop, c);
+  qim__net_list_remove(c->loop, c);
   uv_read_stop((uv_stream_t *)&c->tcp);
   uv_close((uv_handle_t *)&c->tcp, on_closed);
 }
@@ -93,13 +97,13 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
 static void flushed(qim_conn *c) {
   c->after_flush = false;
   if (c->peer_closed) {
-    qim__conn_abort(c, c->close_code, false);
+    qim__net_conn_abort(c, c->close_code, false);
     return;
   }
   uv_shutdown_t *req = qim_malloc(sizeof *req);
   if (uv_shutdown(req, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
     qim_free(req);
-    qim__conn_abort(c, c->close_code, false);
+    qim__net_conn_abort(c, c->close_code, false);
     return;
   }
   c->shut = true;
@@ -110,8 +114,8 @@ static void close_with(qim_conn *c, qim_ws_frame *f, uint16_t code, bool discard
   c->state = CS_CLOSING;
   c->close_code = code;
   c->discard = discard;
-  qim__list_add(c->loop, c, LIST_CLOSING, now_ms(c->loop));
-  qim__conn_queue(c, f, false);
+  qim__net_list_add(c->loop, c, LIST_CLOSING, now_ms(c->loop));
+  qim__net_conn_queue(c, f, false);
   if (c->state != CS_CLOSING) return; /* the write failed and the connection is gone */
   c->after_flush = true;
   if (!c->out_head) flushed(c);
@@ -128,20 +132,21 @@ static void begin_close(qim_conn *c, uint16_t code, const char *reason, bool dis
 static void peer_close(qim_conn *c, const uint8_t *d, size_t n) {
   if (c->state == CS_CLOSING) {
     c->peer_closed = true;
-    if (!c->after_flush) qim__conn_abort(c, c->close_code, false); /* handshake complete */
+    if (!c->after_flush) qim__net_conn_abort(c, c->close_code, false); /* handshake complete */
     return;
   }
   if (c->state != CS_OPEN) return;
   uint16_t code = n >= 2 ? (uint16_t)(d[0] << 8 | d[1]) : QIM_WS_CLOSE_NO_STATUS;
   c->peer_closed = true;
   /* Echo the code (RFC 6455 §5.5.1); an empty close is answered with an empty one. */
-  qim_ws_frame *f = n >= 2 ? qim_ws_frame_close(code, NULL) : qim_ws_frame_new(QIM_WS_OP_CLOSE, NULL, 0);
+  qim_ws_frame *f =
+      n >= 2 ? qim_ws_frame_close(code, NULL) : qim_ws_frame_new(QIM_WS_OP_CLOSE, NULL, 0);
   STAT_ADD(c->loop, frames_out, 1);
   close_with(c, f, code, false);
   qim_ws_frame_unref(f);
 }
 
-/* ---- output queue ------------------------------------------------------------------ */
+/* ---- output queue ---------------------------------------------------------------------------- */
 
 static void start_write(qim_conn *c);
 
@@ -151,7 +156,7 @@ static void on_written(uv_write_t *req, int status) {
   if (status < 0 || c->state == CS_DEAD) {
     c->wreq = NULL;
     qim_free(w);
-    qim__conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
+    qim__net_conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
     return;
   }
   size_t written = 0;
@@ -192,7 +197,7 @@ static void start_write(qim_conn *c) {
   if (uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, n, on_written) != 0) {
     c->wreq = NULL;
     qim_free(w);
-    qim__conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
+    qim__net_conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
   }
 }
 
@@ -211,12 +216,12 @@ static ssize_t try_direct(qim_conn *c, qim_ws_frame *f) {
  * Queues `f` (taking a reference). `limited` applies max_out_bytes/max_out_frames:
  * close frames and HTTP answers are exempt so a connection can always end cleanly.
  */
-int qim__conn_queue(qim_conn *c, qim_ws_frame *f, bool limited) {
+int qim__net_conn_queue(qim_conn *c, qim_ws_frame *f, bool limited) {
   if (c->state == CS_DEAD) return -EPIPE;
   size_t size = qim_ws_frame_size(f);
   ssize_t off = try_direct(c, f);
   if (off < 0) {
-    qim__conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
+    qim__net_conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
     return -EPIPE;
   }
   if ((size_t)off == size) return 0;
@@ -224,7 +229,7 @@ int qim__conn_queue(qim_conn *c, qim_ws_frame *f, bool limited) {
   if (limited && (c->out_bytes + (size - (size_t)off) > cfg->max_out_bytes ||
                   c->out_frames >= cfg->max_out_frames)) {
     STAT_ADD(c->loop, slow_consumers, 1);
-    qim__conn_abort(c, QIM_WS_CLOSE_POLICY, false);
+    qim__net_conn_abort(c, QIM_WS_CLOSE_POLICY, false);
     return -ENOBUFS;
   }
   out_node *node = qim_malloc(sizeof *node);
@@ -246,19 +251,19 @@ int qim__conn_queue(qim_conn *c, qim_ws_frame *f, bool limited) {
 /* A WebSocket frame from the upper layer or a pong/ping: limited and counted. */
 static int send_ws(qim_conn *c, qim_ws_frame *f) {
   if (c->state != CS_OPEN) return -EPIPE;
-  int rc = qim__conn_queue(c, f, true);
+  int rc = qim__net_conn_queue(c, f, true);
   if (rc == 0) STAT_ADD(c->loop, frames_out, 1);
   return rc;
 }
 
-void qim__conn_ping(qim_conn *c) {
+void qim__net_conn_ping(qim_conn *c) {
   qim_ws_frame *f = qim_ws_frame_new(QIM_WS_OP_PING, NULL, 0);
   c->pinged = true;
   if (send_ws(c, f) == 0) STAT_ADD(c->loop, pings_sent, 1);
   qim_ws_frame_unref(f);
 }
 
-/* ---- WebSocket input ---------------------------------------------------------------- */
+/* ---- WebSocket input ------------------------------------------------------------------------- */
 
 static int ws_on_message(void *ud, int opcode, uint8_t *data, size_t len) {
   qim_conn *c = ud;
@@ -297,7 +302,7 @@ static void ws_input(qim_conn *c, char *data, size_t n) {
   begin_close(c, qim_ws_error_close_code(rc), NULL, true);
 }
 
-/* ---- handshake ------------------------------------------------------------------------ */
+/* ---- handshake ------------------------------------------------------------------------------- */
 
 static void drop_http(qim_conn *c) {
   qim_http_parser_free(c->http);
@@ -324,7 +329,7 @@ static void reject(qim_conn *c, int status) {
     http_answer(c, 403, "application/json", NULL, apikey_body, sizeof apikey_body - 1);
     return;
   }
-  const char *extra = status == 426 ? "Sec-WebSocket-Version: 13\r\n"
+  const char *extra = status == 426   ? "Sec-WebSocket-Version: 13\r\n"
                       : status == 405 ? "Allow: GET\r\n"
                                       : NULL;
   char body[64];
@@ -346,11 +351,11 @@ static void upgrade(qim_conn *c, const qim_http_request *r, char *rest, size_t r
   drop_http(c);
   c->tenant = tenant;
   c->state = CS_OPEN;
-  qim__list_add(c->loop, c, LIST_OPEN, now_ms(c->loop));
+  qim__net_list_add(c->loop, c, LIST_OPEN, now_ms(c->loop));
   qim_ws_parser_init(&c->ws, net->cfg.max_message);
   qim_ws_frame *f = qim_ws_frame_raw(resp, len);
   qim_free(resp);
-  qim__conn_queue(c, f, false);
+  qim__net_conn_queue(c, f, false);
   qim_ws_frame_unref(f);
   if (c->state != CS_OPEN) return;
   c->opened = true;
@@ -390,7 +395,7 @@ static void handshake_input(qim_conn *c, char *data, size_t n) {
   route(c, r);
 }
 
-/* ---- reads and accept ---------------------------------------------------------------- */
+/* ---- reads and accept ------------------------------------------------------------------------ */
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
@@ -402,31 +407,36 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 static void touch(qim_conn *c) {
   c->pinged = false;
   uint64_t now = now_ms(c->loop);
-  if (c->since_ms != now || c->loop->open.tail != c) qim__list_add(c->loop, c, LIST_OPEN, now);
+  if (c->since_ms != now || c->loop->open.tail != c) qim__net_list_add(c->loop, c, LIST_OPEN, now);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   qim_conn *c = s->data;
   if (n == 0) return;
   if (n < 0) { /* EOF or error: in CLOSING this is the expected end */
-    qim__conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
+    qim__net_conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
     return;
   }
   STAT_ADD(c->loop, bytes_in, (uint64_t)n);
   switch (c->state) {
-  case CS_HANDSHAKE: handshake_input(c, buf->base, (size_t)n); break;
-  case CS_OPEN:
-    touch(c);
-    ws_input(c, buf->base, (size_t)n);
-    break;
-  case CS_CLOSING:
-    if (!c->discard) ws_input(c, buf->base, (size_t)n);
-    break;
-  default: break;
+    case CS_HANDSHAKE:
+      handshake_input(c, buf->base, (size_t)n);
+      break;
+    case CS_OPEN:
+      touch(c);
+      ws_input(c, buf->base, (size_t)n);
+      break;
+    case CS_CLOSING:
+      if (!c->discard) ws_input(c, buf->base, (size_t)n);
+      break;
+    default:
+      break;
   }
 }
 
-static void on_closed_unaccepted(uv_handle_t *h) { qim_free(h->data); }
+static void on_closed_unaccepted(uv_handle_t *h) {
+  qim_free(h->data);
+}
 
 /* Fills addr/port from the socket's peer; false if the peer is already gone. */
 static bool read_peer(qim_conn *c) {
@@ -447,7 +457,7 @@ static bool read_peer(qim_conn *c) {
   return true;
 }
 
-void qim__conn_accept(net_loop *l) {
+void qim__net_conn_accept(net_loop *l) {
   qim_conn *c = qim_calloc(1, sizeof *c);
   c->loop = l;
   uv_tcp_init(&l->uv, &c->tcp);
@@ -456,31 +466,53 @@ void qim__conn_accept(net_loop *l) {
     uv_close((uv_handle_t *)&c->tcp, on_closed_unaccepted);
     return;
   }
-  c->id = qim__slot_alloc(l, c);
+  c->id = qim__net_slot_alloc(l, c);
   qim_iplimit_acquire(l->net->ips, c->addr);
   l->nconns++;
   STAT_ADD(l, accepted, 1);
   STAT_ADD(l, conns, 1);
   uv_tcp_nodelay(&c->tcp, 1); /* frames are whole messages: never wait to coalesce */
-  qim__list_add(l, c, LIST_HANDSHAKE, now_ms(l));
+  qim__net_list_add(l, c, LIST_HANDSHAKE, now_ms(l));
   if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
-    qim__conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
+    qim__net_conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
 }
 
-/* ---- public connection API (owner loop thread) ------------------------------------------ */
+/* ---- public connection API (owner loop thread) ----------------------------------------------- */
 
-uint64_t qim_conn_id(const qim_conn *c) { return c->id; }
-unsigned qim_conn_loop_index(const qim_conn *c) { return c->loop->index; }
-uv_loop_t *qim_conn_loop(const qim_conn *c) { return &c->loop->uv; }
-qim_net *qim_conn_net(const qim_conn *c) { return c->loop->net; }
-void *qim_conn_data(const qim_conn *c) { return c->data; }
-void qim_conn_set_data(qim_conn *c, void *data) { c->data = data; }
-const qim_tenant_id *qim_conn_tenant(const qim_conn *c) { return &c->tenant; }
-const uint8_t *qim_conn_peer_addr(const qim_conn *c) { return c->addr; }
-uint16_t qim_conn_peer_port(const qim_conn *c) { return c->port; }
-size_t qim_conn_out_bytes(const qim_conn *c) { return c->out_bytes; }
+uint64_t qim_conn_id(const qim_conn *c) {
+  return c->id;
+}
+unsigned qim_conn_loop_index(const qim_conn *c) {
+  return c->loop->index;
+}
+uv_loop_t *qim_conn_loop(const qim_conn *c) {
+  return &c->loop->uv;
+}
+qim_net *qim_conn_net(const qim_conn *c) {
+  return c->loop->net;
+}
+void *qim_conn_data(const qim_conn *c) {
+  return c->data;
+}
+void qim_conn_set_data(qim_conn *c, void *data) {
+  c->data = data;
+}
+const qim_tenant_id *qim_conn_tenant(const qim_conn *c) {
+  return &c->tenant;
+}
+const uint8_t *qim_conn_peer_addr(const qim_conn *c) {
+  return c->addr;
+}
+uint16_t qim_conn_peer_port(const qim_conn *c) {
+  return c->port;
+}
+size_t qim_conn_out_bytes(const qim_conn *c) {
+  return c->out_bytes;
+}
 
-unsigned qim_conn_ip_count(const qim_conn *c) { return qim_iplimit_count(c->loop->net->ips, c->addr); }
+unsigned qim_conn_ip_count(const qim_conn *c) {
+  return qim_iplimit_count(c->loop->net->ips, c->addr);
+}
 
 const char *qim_conn_peer_str(const qim_conn *c, char *buf, size_t cap) {
   static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
@@ -503,7 +535,9 @@ int qim_conn_send_text(qim_conn *c, const void *data, size_t len) {
   return rc;
 }
 
-int qim_conn_send_frame(qim_conn *c, qim_ws_frame *f) { return send_ws(c, f); }
+int qim_conn_send_frame(qim_conn *c, qim_ws_frame *f) {
+  return send_ws(c, f);
+}
 
 void qim_conn_close(qim_conn *c, uint16_t code, const char *reason) {
   if (c->state != CS_OPEN) return;
