@@ -20,6 +20,7 @@
 
 #include "gateway/net_int.h"
 #include "qim/err.h"
+#include "qim/log.h"
 #include "qim/mem.h"
 
 #define READBUF_SIZE (64 * 1024)
@@ -446,6 +447,8 @@ int qim_net_start(qim_net *net) {
   net->nloops = n;
   net->port = port;
   atomic_store(&net->running, true);
+  QIM_LOGI(NULL, "gateway.listening", "host=%s port=%u loops=%u ws_path=%s", net->host, port, n,
+           net->ws_path);
   return 0;
 }
 
