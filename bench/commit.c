@@ -9,7 +9,7 @@
  * content), which must come back with the first send's seq. Printed per run: sends/s,
  * latency percentiles, store transactions and fsyncs per send, and the run's checks.
  *
- *   bench_commit [--senders N] [--inflight W] [--messages M] [--conversations C] [--dup PCT]
+ *   qim-bench-commit [--senders N] [--inflight W] [--messages M] [--conversations C] [--dup PCT]
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -70,7 +70,7 @@ static uint64_t now_ns(void) {
 }
 
 static void die(const char *what, int rc) {
-  fprintf(stderr, "bench_commit: %s: %s (%d)\n", what, qim_err_name(rc), rc);
+  fprintf(stderr, "qim-bench-commit: %s: %s (%d)\n", what, qim_err_name(rc), rc);
   exit(1);
 }
 
@@ -129,7 +129,7 @@ static void env_close(env *e) {
   qim_store_close(e->store);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
-  if (system(cmd) != 0) fprintf(stderr, "bench_commit: could not remove %s\n", e->dir);
+  if (system(cmd) != 0) fprintf(stderr, "qim-bench-commit: could not remove %s\n", e->dir);
   qim_free(e->convs);
 }
 
@@ -280,7 +280,7 @@ int main(int argc, char **argv) {
       .dup_pct = 0,
   };
   if (o.senders < 1 || o.senders > 200 || o.inflight < 1 || o.messages < 1 || o.conversations < 1) {
-    fprintf(stderr, "usage: bench_commit [--senders N] [--inflight W] [--messages M] [--conversations C] [--dup PCT]\n");
+    fprintf(stderr, "usage: qim-bench-commit [--senders N] [--inflight W] [--messages M] [--conversations C] [--dup PCT]\n");
     return 2;
   }
   int rc = run(&o, "new");
