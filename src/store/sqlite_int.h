@@ -83,6 +83,7 @@ typedef struct sq_conn {
   size_t slot_cap, slot_n;
   sqlite3_stmt *used[32]; /* statements handed out during the current operation */
   size_t used_n;
+  bool used_overflow;     /* more than fit in used[]: reset the whole cache */
 } sq_conn;
 
 /*
