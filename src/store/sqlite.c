@@ -79,6 +79,8 @@ static sqlite3_stmt *cache_get(sq_conn *c, const char *sql) {
   return NULL;
 }
 
+static void track_used(sq_conn *c, sqlite3_stmt *st);
+
 sqlite3_stmt *sq_prep(sq_conn *c, const char *sql) {
   sqlite3_stmt *st = cache_get(c, sql);
   if (!st) {
@@ -93,14 +95,29 @@ sqlite3_stmt *sq_prep(sq_conn *c, const char *sql) {
   }
   sqlite3_reset(st);
   sqlite3_clear_bindings(st);
-  if (c->used_n < sizeof c->used / sizeof c->used[0]) c->used[c->used_n++] = st;
+  track_used(c, st);
   return st;
 }
 
-/* Resets every statement the operation used: no statement outlives its operation. */
+/* Remembers a statement handed out during the current operation (once). */
+static void track_used(sq_conn *c, sqlite3_stmt *st) {
+  for (size_t i = 0; i < c->used_n; i++)
+    if (c->used[i] == st) return;
+  if (c->used_n < sizeof c->used / sizeof c->used[0])
+    c->used[c->used_n++] = st;
+  else
+    c->used_overflow = true;
+}
+
+/* Resets every statement the operation used: no statement outlives its operation (an
+ * active statement would pin a read snapshot or keep a cursor open across COMMIT). */
 static void release_used(sq_conn *c) {
   for (size_t i = 0; i < c->used_n; i++) sqlite3_reset(c->used[i]);
+  if (c->used_overflow)
+    for (size_t i = 0; i < c->slot_cap; i++)
+      if (c->slots[i].sql) sqlite3_reset(c->slots[i].st);
   c->used_n = 0;
+  c->used_overflow = false;
 }
 
 static void cache_free(sq_conn *c) {
