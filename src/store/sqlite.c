@@ -444,6 +444,30 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
   post_batch(list, n);
 }
 
+/*
+ * The writer's WAL hook, run after each commit: counts the pages the commit wrote and
+ * checkpoints every CHECKPOINT_FRAMES (it replaces SQLite's own auto-checkpoint, which is
+ * this same hook with 1000). Checkpoints run inside a COMMIT, on the writer's critical
+ * path; 10000 pages (40 MB of WAL) between them measured ~15% more group-commit
+ * throughput than 1000, since a hot page is copied to the database once per checkpoint
+ * rather than once per 1000 frames. The idle TRUNCATE checkpoint still empties the WAL
+ * whenever writes pause.
+ */
+#define CHECKPOINT_FRAMES 10000
+
+static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames) {
+  sq_store *st = ctx;
+  uint64_t before = st->wal_frames;
+  /* Fewer frames than last time: the WAL restarted from its beginning. */
+  atomic_fetch_add(&st->stats.pages, (uint64_t)frames > before ? (uint64_t)frames - before
+                                                                : (uint64_t)frames);
+  st->wal_frames = (uint64_t)frames;
+  if (frames >= CHECKPOINT_FRAMES) {
+    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  }
+  return SQLITE_OK;
+}
+
 static void idle_checkpoint(sq_store *st) {
   int rc = sqlite3_wal_checkpoint_v2(st->wconn.db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
   if (rc != SQLITE_OK && rc != SQLITE_BUSY)
@@ -543,13 +567,8 @@ static int conn_open(sq_store *st, sq_conn *c, bool writer) {
   sqlite3_extended_result_codes(c->db, 1);
   sqlite3_busy_timeout(c->db, BUSY_TIMEOUT_MS);
   char *err = NULL;
-  /* wal_autocheckpoint: checkpoints run inside a COMMIT, on the writer's critical path;
-   * 10000 pages (40 MB) between them instead of 1000 measured ~15% more group-commit
-   * throughput (hot pages are copied to the database once per checkpoint, not once per
-   * 1000 frames). The idle TRUNCATE checkpoint still empties the WAL when writes pause. */
   const char *pragmas = writer ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
                                  "PRAGMA secure_delete=ON; PRAGMA foreign_keys=ON;"
-                                 "PRAGMA wal_autocheckpoint=10000;"
                                : "PRAGMA secure_delete=ON; PRAGMA query_only=ON;";
   rc = sqlite3_exec(c->db, pragmas, NULL, NULL, &err);
   if (rc == SQLITE_OK && writer && st->max_page_count > 0) {
@@ -600,6 +619,7 @@ static void store_stats(qim_store *s, qim_store_stats *out) {
       .failed_operations = atomic_load(&st->stats.failed),
       .rejected_backpressure = atomic_load(&st->stats.rejected),
       .reads = atomic_load(&st->stats.reads),
+      .pages_written = atomic_load(&st->stats.pages),
   };
   for (int i = 0; i < 8; i++) out->batch_hist[i] = atomic_load(&st->stats.hist[i]);
 }
@@ -699,6 +719,7 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
   rc = parse_location(location, st);
   if (rc == 0) rc = conn_open(st, &st->wconn, true);
   if (rc == 0) rc = sq_schema_migrate(&st->wconn, &st->opt.shards);
+  if (rc == 0) sqlite3_wal_hook(st->wconn.db, wal_hook, st);
   if (rc == 0) {
     st->rconns = qim_calloc(st->opt.reader_threads, sizeof *st->rconns);
     for (uint32_t i = 0; rc == 0 && i < st->opt.reader_threads; i++)

@@ -127,8 +127,9 @@ struct sq_store {
   uint32_t reader_count;
   sq_conn wconn;
   sq_conn *rconns;
+  uint64_t wal_frames; /* WAL size after the last commit (writer thread only) */
   struct {
-    _Atomic uint64_t operations, transactions, fsyncs, failed, rejected, reads;
+    _Atomic uint64_t operations, transactions, fsyncs, failed, rejected, reads, pages;
     _Atomic uint64_t hist[8];
   } stats;
 };
