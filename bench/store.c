@@ -17,6 +17,8 @@
  * Usage: qim-bench-store [DIR] [SECONDS]   (DIR must be on a real disk; default $TMPDIR
  * or /tmp; SECONDS per phase, default 3)
  */
+#include "store/store.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -31,7 +33,6 @@
 #include "qim/err.h"
 #include "qim/mem.h"
 #include "qim/record.h"
-#include "store/store.h"
 
 #define SUBMITTERS 64
 #define TARGET_MSGS_PER_SEC 15000.0
@@ -47,7 +48,9 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static qim_u128 id(uint64_t kind, uint64_t n) { return (qim_u128){0xBE00000000000000ull | kind, n}; }
+static qim_u128 id(uint64_t kind, uint64_t n) {
+  return (qim_u128){0xBE00000000000000ull | kind, n};
+}
 
 static void be64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (56 - 8 * i));
@@ -87,14 +90,16 @@ typedef struct message_ops {
   int done;
 } message_ops;
 
-static void count_done(qim_store_req *r) { (*(int *)r->data)++; }
+static void count_done(qim_store_req *r) {
+  (*(int *)r->data)++;
+}
 
 /* Submits with retry on backpressure (never expected at these depths). */
-#define SUBMIT(s, call, r)                                   \
-  do {                                                       \
-    int rc_;                                                 \
+#define SUBMIT(s, call, r)                                          \
+  do {                                                              \
+    int rc_;                                                        \
     while ((rc_ = (s)->vt->call((s), (r))) == -EAGAIN) usleep(100); \
-    if (rc_) return rc_;                                     \
+    if (rc_) return rc_;                                            \
   } while (0)
 
 static int send_message(qim_store *s, qim_cq *cq, uint64_t sender, uint64_t n, bool stepwise) {
@@ -185,7 +190,8 @@ static int run_phase(phase *ph, int submitters, result *out) {
   qim_store_get_stats(ph->s, &b);
   if (atomic_load(&ph->errors)) return -EIO;
   double msgs = (double)atomic_load(&ph->messages);
-  double ops = (double)(b.operations - a.operations), txns = (double)(b.transactions - a.transactions);
+  double ops = (double)(b.operations - a.operations),
+         txns = (double)(b.transactions - a.transactions);
   out->msgs_per_s = msgs / dt;
   out->ops_per_txn = txns > 0 ? ops / txns : 0;
   out->txn_per_msg = msgs > 0 ? txns / msgs : 0;
@@ -244,16 +250,19 @@ static int create_groups(qim_store *s) {
   return 0;
 }
 
-static const char *verdict(bool ok) { return ok ? "PASS" : "FAIL"; }
+static const char *verdict(bool ok) {
+  return ok ? "PASS" : "FAIL";
+}
 
 static void report_mode(const char *mode, const result *a, const result *b) {
   double ratio = a->msgs_per_s > 0 ? b->msgs_per_s / a->msgs_per_s : 0;
   printf("\n[%s]\n", mode);
   printf("  (a) one message at a time, 1 submitter : %9.0f msgs/s  (%.2f transactions/message)\n",
          a->msgs_per_s, a->txn_per_msg);
-  printf("  (b) group commit, %d submitters        : %9.0f msgs/s  (%.1f operations/transaction,"
-         " %.0f WAL pages/transaction)\n",
-         SUBMITTERS, b->msgs_per_s, b->ops_per_txn, b->pages_per_txn);
+  printf(
+      "  (b) group commit, %d submitters        : %9.0f msgs/s  (%.1f operations/transaction,"
+      " %.0f WAL pages/transaction)\n",
+      SUBMITTERS, b->msgs_per_s, b->ops_per_txn, b->pages_per_txn);
   printf("  ratio (b)/(a)                          : %9.2f\n", ratio);
   printf("  transactions per operation under (b)  :    1/%.1f\n", b->ops_per_txn);
   printf("  targets: (b) >= %.0f msgs/s %s; ratio >= %.0fx %s; <= 1 txn per %.0f ops %s\n",
@@ -268,8 +277,10 @@ static void report_disk(const char *dir, const result *b) {
   if (pages < 1) pages = 1;
   double one = fsync_latency_ms(dir, 100, 1), batch = fsync_latency_ms(dir, 100, pages);
   double msgs_per_txn = b->ops_per_txn / 4;
-  printf("\ndisk (same directory, no CPU work): 1 page + fdatasync = %.2f ms; %d pages + fdatasync"
-         " = %.2f ms\n", one, pages, batch);
+  printf(
+      "\ndisk (same directory, no CPU work): 1 page + fdatasync = %.2f ms; %d pages + fdatasync"
+      " = %.2f ms\n",
+      one, pages, batch);
   if (batch > 0)
     printf("  => ceiling for pipelined (b): %.0f msgs/transaction / %.2f ms = %.0f msgs/s\n",
            msgs_per_txn, batch, msgs_per_txn / batch * 1000.0);
@@ -288,7 +299,8 @@ int main(int argc, char **argv) {
   }
   snprintf(url, sizeof url, "sqlite:%s/bench.db", dir);
   qim_writer_id writer;
-  if (qim_writer_id_make(1, 0, &writer) || qim_id_gen_init(&idgen, qim_clock_system(), writer, 1000))
+  if (qim_writer_id_make(1, 0, &writer) ||
+      qim_id_gen_init(&idgen, qim_clock_system(), writer, 1000))
     return 1;
   qim_store_options o = {.shards = {16, 4}};
   qim_store *s = NULL;
@@ -307,7 +319,8 @@ int main(int argc, char **argv) {
     if (rc == 0) rc = run_phase(&ph, SUBMITTERS, &r[mode][1]);
   }
   if (rc == 0) {
-    report_mode("pipelined: 4 operations queued together, one wait per message", &r[0][0], &r[0][1]);
+    report_mode("pipelined: 4 operations queued together, one wait per message", &r[0][0],
+                &r[0][1]);
     report_mode("stepwise: one wait per operation", &r[1][0], &r[1][1]);
     report_disk(dir, &r[0][1]);
   } else {

@@ -132,20 +132,30 @@ static void cache_free(sq_conn *c) {
 
 int sq_errno(int rc) {
   switch (rc & 0xFF) {
-    case SQLITE_OK: return 0;
-    case SQLITE_FULL: return -ENOSPC;
-    case SQLITE_NOMEM: return -ENOMEM;
+    case SQLITE_OK:
+      return 0;
+    case SQLITE_FULL:
+      return -ENOSPC;
+    case SQLITE_NOMEM:
+      return -ENOMEM;
     case SQLITE_BUSY:
-    case SQLITE_LOCKED: return -EBUSY;
-    case SQLITE_CONSTRAINT: return -EEXIST;
+    case SQLITE_LOCKED:
+      return -EBUSY;
+    case SQLITE_CONSTRAINT:
+      return -EEXIST;
     case SQLITE_READONLY:
     case SQLITE_PERM:
-    case SQLITE_AUTH: return -EACCES;
-    case SQLITE_CANTOPEN: return -ENOENT;
-    case SQLITE_TOOBIG: return -E2BIG;
+    case SQLITE_AUTH:
+      return -EACCES;
+    case SQLITE_CANTOPEN:
+      return -ENOENT;
+    case SQLITE_TOOBIG:
+      return -E2BIG;
     case SQLITE_ABORT:
-    case SQLITE_INTERRUPT: return -ECANCELED;
-    default: return -EIO;
+    case SQLITE_INTERRUPT:
+      return -ECANCELED;
+    default:
+      return -EIO;
   }
 }
 
@@ -275,8 +285,10 @@ static void post_batch(qim_store_req *list, size_t n) {
     r->item.next = NULL;
     size_t i = 0;
     while (i < k && chains[i].cq != r->cq) i++;
-    if (i == k) chains[k++] = (cq_chain){r->cq, &r->item, &r->item};
-    else chains[i].last = chains[i].last->next = &r->item;
+    if (i == k)
+      chains[k++] = (cq_chain){r->cq, &r->item, &r->item};
+    else
+      chains[i].last = chains[i].last->next = &r->item;
   }
   /* From here on any request may be freed by its owner: only the chains are touched. */
   for (size_t i = 0; i < k; i++) qim_cq_post_chain(chains[i].cq, chains[i].first, chains[i].last);
@@ -431,8 +443,8 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
   }
   if (!ok) {
     if (!sqlite3_get_autocommit(c->db)) exec_cached(c, "ROLLBACK");
-    QIM_LOGE(NULL, "store.sqlite.batch_failed", "ops=%zu commit=%d msg=\"%s\"", n,
-             commit_failed, sqlite3_errmsg(c->db));
+    QIM_LOGE(NULL, "store.sqlite.batch_failed", "ops=%zu commit=%d msg=\"%s\"", n, commit_failed,
+             sqlite3_errmsg(c->db));
     fail_batch(list, ran, commit_failed);
   } else {
     atomic_fetch_add(&st->stats.fsyncs, 1);
@@ -459,8 +471,8 @@ static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames) {
   sq_store *st = ctx;
   uint64_t before = st->wal_frames;
   /* Fewer frames than last time: the WAL restarted from its beginning. */
-  atomic_fetch_add(&st->stats.pages, (uint64_t)frames > before ? (uint64_t)frames - before
-                                                                : (uint64_t)frames);
+  atomic_fetch_add(&st->stats.pages,
+                   (uint64_t)frames > before ? (uint64_t)frames - before : (uint64_t)frames);
   st->wal_frames = (uint64_t)frames;
   if (frames >= CHECKPOINT_FRAMES) {
     sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
@@ -480,8 +492,8 @@ static void *writer_main(void *arg) {
   for (;;) {
     qim_store_req *list;
     bool timed_out;
-    size_t n = queue_take(&st->wq, st->opt.max_batch, &list, dirty ? IDLE_CHECKPOINT_MS : -1,
-                          &timed_out);
+    size_t n =
+        queue_take(&st->wq, st->opt.max_batch, &list, dirty ? IDLE_CHECKPOINT_MS : -1, &timed_out);
     if (n) {
       writer_batch(st, list, n);
       dirty = true;
@@ -545,8 +557,10 @@ static int submit(qim_store *s, qim_store_req *r, sq_op_id id) {
   return queue_push(st, op->write ? &st->wq : &st->rq, r);
 }
 
-#define SQ_SUBMIT_(E, n, T) \
-  static int submit_##n(qim_store *s, T *r) { return submit(s, r ? &r->req : NULL, SQ_OP_##E); }
+#define SQ_SUBMIT_(E, n, T)                          \
+  static int submit_##n(qim_store *s, T *r) {        \
+    return submit(s, r ? &r->req : NULL, SQ_OP_##E); \
+  }
 SQ_OPS(SQ_SUBMIT_)
 #undef SQ_SUBMIT_
 
@@ -633,8 +647,8 @@ static const qim_store_vtable sqlite_vtable = {
                       submit_member_receipt, submit_subscriptions},
     .intents = {submit_intent_reserve, submit_intent_advance, submit_intent_load,
                 submit_intent_list, submit_intent_forget},
-    .history = {submit_record_get, submit_record_query, submit_record_set_state,
-                submit_dellog_add, submit_dellog_query, submit_record_expire},
+    .history = {submit_record_get, submit_record_query, submit_record_set_state, submit_dellog_add,
+                submit_dellog_query, submit_record_expire},
     .logs = {submit_log_append, submit_log_read, submit_consumer_get, submit_consumer_set,
              submit_log_trim, submit_log_redact},
     .mailboxes = {submit_shard_takeover, submit_shard_get, submit_mailbox_append,

@@ -9,7 +9,9 @@
 
 #include "store_fixture.h"
 
-static qim_log_stream outbox(void) { return (qim_log_stream){QIM_LOG_STREAM_OUTBOX, 0}; }
+static qim_log_stream outbox(void) {
+  return (qim_log_stream){QIM_LOG_STREAM_OUTBOX, 0};
+}
 
 /* A single-entry outbox append request; `n` makes the key unique. */
 typedef struct append_op {
@@ -184,7 +186,8 @@ typedef struct family_ops {
 
 static void family_submit(gated *g, family_ops *f) {
   memset(f, 0, sizeof *f);
-  f->change = (qim_store_member_change){QIM_STORE_MEMBER_ADD, fx_user(5), QIM_GROUP_ROLE_MEMBER, 0x2F, 0x2F};
+  f->change = (qim_store_member_change){QIM_STORE_MEMBER_ADD, fx_user(5), QIM_GROUP_ROLE_MEMBER,
+                                        0x2F, 0x2F};
   f->members.tenant_id = fx_tenant();
   f->members.conversation_id = fx_conv(1);
   f->members.changes = &f->change;
