@@ -179,9 +179,10 @@ void sq_col_bytes(sqlite3_stmt *st, int i, qim_bytes *out);
 static inline int64_t sq_stream_id(qim_log_stream s) {
   return s.kind == QIM_LOG_STREAM_OUTBOX ? 0 : (INT64_C(1) << 32) | s.shard;
 }
-/* Validation shared by the log and mailbox operations. */
-static inline bool sq_stream_valid(qim_log_stream s) {
-  return s.kind == QIM_LOG_STREAM_OUTBOX || s.kind == QIM_LOG_STREAM_MAILBOX_DISPATCH;
+/* A stream of this store: the outbox, or the dispatch stream of a configured shard. */
+static inline bool sq_stream_valid(const sq_store *st, qim_log_stream s) {
+  if (s.kind == QIM_LOG_STREAM_OUTBOX) return true;
+  return s.kind == QIM_LOG_STREAM_MAILBOX_DISPATCH && s.shard < st->opt.shards.shard_count;
 }
 
 /* Sentinel "open" end of a versioned membership row. */
