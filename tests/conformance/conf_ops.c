@@ -37,6 +37,12 @@ static void merge(json_t *out, json_t *part) {
 
 static void put(json_t *out, const char *key, json_t *v) { json_object_set_new(out, key, must(v)); }
 
+/* A member given with a non-null value (null stands for "absent" in vectors). */
+static bool present(json_t *in, const char *key) {
+  json_t *v = json_object_get(in, key);
+  return v && !json_is_null(v);
+}
+
 static int bad(conf_ctx *c, const char *msg) {
   snprintf(c->err, sizeof c->err, "%s", msg);
   return -EINVAL;
@@ -272,7 +278,7 @@ static int op_members_at(conf_ctx *c, json_t *in, int *st, json_t *out) {
   TRY(conf_get_u128(c, in, "tenant_id", &r.tenant_id.v));
   TRY(conf_get_u128(c, in, "conversation_id", &r.conversation_id.v));
   TRY(conf_get_u64(c, in, "version", &r.version));
-  if (json_object_get(in, "after_user")) {
+  if (present(in, "after_user")) {
     r.has_after = true;
     TRY(conf_get_u128(c, in, "after_user", &r.after_user.v));
   }
@@ -389,7 +395,7 @@ static int op_load(conf_ctx *c, json_t *in, int *st, json_t *out) {
 static int op_list_in_flight(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_intent_list_req r = {0};
   uint64_t limit;
-  if (json_object_get(in, "conversation_id")) {
+  if (present(in, "conversation_id")) {
     r.has_conversation = true;
     TRY(conf_get_u128(c, in, "tenant_id", &r.tenant_id.v));
     TRY(conf_get_u128(c, in, "conversation_id", &r.conversation_id.v));
@@ -584,7 +590,7 @@ static int op_log_append(conf_ctx *c, json_t *in, int *st, json_t *out) {
   TRY(dec_appends(c, json_object_get(in, "appends"), &a, &r.append_count));
   json_t *cons = json_object_get(in, "consumer");
   int rc = 0;
-  if (cons && !json_is_null(cons)) {
+  if (present(in, "consumer")) {
     r.has_consumer = true;
     rc = conf_get_str(c, cons, "name", &r.consumer);
     if (!rc) rc = conf_get_stream(c, cons, "stream", &r.consumer_stream);
