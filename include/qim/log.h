@@ -3,6 +3,16 @@
  * TraceId of the request it belongs to, e.g.
  *   ts=2026-12-02T12:00:00.000Z level=info event=commit.reserved trace=9f.. conv=.. seq=7
  * Lines go to stderr unless a sink is installed (tests capture lines that way).
+ *
+ * Exact form: "ts=<24-char RFC 3339 UTC> level=<debug|info|warn|error> event=<event>
+ * trace=<32 lower-case hex | ->" then, when `fmt` is non-empty, one space and the
+ * caller's text. The caller writes "key=value" pairs separated by single spaces; values
+ * with spaces should be quoted by the caller. Control bytes (newline, tab, ...) are
+ * replaced by '?', so a line is always one line; lines longer than 16 KiB are cut and
+ * end in "...". Lines below the minimum level (default info) cost one atomic load.
+ * All functions are thread-safe; lines are delivered whole, one at a time, in the
+ * order the callers took the internal lock. The sink runs under that lock: it must
+ * not log.
  */
 #ifndef QIM_LOG_H
 #define QIM_LOG_H

@@ -5,6 +5,8 @@
  * Shard and lane hash (stable, documented in docs/architecture.md):
  *   h = first 8 bytes, big-endian, of blake3("qim.mailbox-shard.v1\0" || tenant_be16 || user_be16)
  *   shard = h % shard_count;  lane = (h >> 32) % lanes_per_shard
+ * ("\0" is one NUL byte hashed after the 20-character domain string; tenant_be16 and
+ * user_be16 are the 16-byte big-endian encodings of the u128 ids.)
  * shard_count and lanes_per_shard are fixed when a deployment is created; changing
  * them is a migration.
  */
@@ -18,10 +20,17 @@ typedef struct qim_shard_config {
   uint32_t lanes_per_shard;  /* 1..255 */
 } qim_shard_config;
 
+/* 0, or -EINVAL when shard_count is 0 or lanes_per_shard is outside 1..255. The hash
+ * functions below treat an invalid count as 1 (lanes above 255 as 255) rather than
+ * divide by zero: validate configuration once, when it is loaded. */
+int qim_shard_config_validate(const qim_shard_config *cfg);
+
 qim_mailbox_shard_id qim_shard_of_user(const qim_shard_config *cfg, qim_tenant_id t, qim_user_id u);
 qim_lane_id qim_lane_of_user(const qim_shard_config *cfg, qim_tenant_id t, qim_user_id u);
 
-/* DispatchId = blake3("qim.group-dispatch.v1\0" || message_id (16) || shard_be32)[0..16]. */
+/* DispatchId = blake3("qim.group-dispatch.v1\0" || message_id (16) || shard_be32)[0..16]:
+ * the 21-character domain and one NUL byte (22 bytes), the 16 id bytes as stored, the
+ * shard as 4 big-endian bytes; the first 16 bytes of the output. */
 qim_dispatch_id qim_dispatch_id_make(const qim_message_id *message_id, qim_mailbox_shard_id shard);
 
 #define QIM_MAILBOX_OFFSET_BITS 40
