@@ -344,6 +344,8 @@ FWD(mailboxes, shard_get, qim_store_shard_get_req)
 FWD(mailboxes, progress_get, qim_store_progress_get_req)
 FWD(mailboxes, watermark_get, qim_store_watermark_get_req)
 
+static void f_stats(qim_store *s, qim_store_stats *out) { qim_store_get_stats(INNER(s), out); }
+
 static void f_close(qim_store *s) {
   fault_store *f = F(s);
   qim_store_close(f->inner);
@@ -367,6 +369,7 @@ static const qim_store_vtable fault_vt = {
              f_logs_redact},
     .mailboxes = {f_takeover, f_mailboxes_shard_get, f_mailbox_append, f_mailboxes_progress_get,
                   f_mailbox_range, f_mailboxes_watermark_get, f_watermark_advance},
+    .stats = f_stats,
     .close = f_close,
 };
 
