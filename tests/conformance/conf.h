@@ -93,12 +93,28 @@ int conf_run_path(const char *url, const char *dir, conf_report *rep);
 
 /* ---- step execution (conf_ops.c) ------------------------------------------------------- */
 
+/* One input member an operation read (see conf_get). */
+typedef struct conf_seen {
+  const json_t *obj;
+  const char *key;
+  bool opaque; /* a *_json value: its own members are data, not input keys */
+} conf_seen;
+
 /* What an operation needs beyond its JSON input. */
 typedef struct conf_ctx {
   qim_store *store;
   qim_shard_config shards;
   char err[512];          /* why the input was malformed */
+  conf_seen *seen;        /* members read while decoding the current input */
+  size_t nseen, capseen;
 } conf_ctx;
+
+/* json_object_get that remembers the member was read: after decoding, every member of
+ * the input must have been read, so a misspelt key is a malformed vector, not a silent 0. */
+json_t *conf_get(conf_ctx *c, json_t *obj, const char *key);
+/* Checks `in` against what was read; -EINVAL with c->err naming the first unread member. */
+int conf_check_unread(conf_ctx *c, json_t *in);
+void conf_seen_reset(conf_ctx *c);
 
 /*
  * Executes operation `op` with JSON input `in` (variables already substituted).

@@ -55,6 +55,57 @@ static int bad(conf_ctx *c, const char *fmt, ...) {
   return -EINVAL;
 }
 
+/* ---- which input members were read ---------------------------------------------------- */
+
+static conf_seen *seen_find(conf_ctx *c, const json_t *obj, const char *key) {
+  for (size_t i = 0; i < c->nseen; i++)
+    if (c->seen[i].obj == obj && !strcmp(c->seen[i].key, key)) return &c->seen[i];
+  return NULL;
+}
+
+json_t *conf_get(conf_ctx *c, json_t *obj, const char *key) {
+  if (!json_is_object(obj)) return NULL;
+  if (!seen_find(c, obj, key)) {
+    if (c->nseen == c->capseen) {
+      c->capseen = c->capseen ? c->capseen * 2 : 64;
+      c->seen = qim_realloc(c->seen, c->capseen * sizeof *c->seen);
+    }
+    c->seen[c->nseen++] = (conf_seen){obj, key, false};
+  }
+  return json_object_get(obj, key);
+}
+
+void conf_seen_reset(conf_ctx *c) {
+  qim_free(c->seen);
+  c->seen = NULL;
+  c->nseen = c->capseen = 0;
+}
+
+static int check_value(conf_ctx *c, json_t *v, const char *path);
+
+static int check_object(conf_ctx *c, json_t *obj, const char *path) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(obj, k, v) {
+    if (json_is_null(v)) continue; /* null is how vectors spell "absent" */
+    const conf_seen *s = seen_find(c, obj, k);
+    if (!s) return bad(c, "input member %s.%s is not an input of this op (misspelt?)", path, k);
+    char sub[256];
+    snprintf(sub, sizeof sub, "%s.%s", path, k);
+    if (!s->opaque && check_value(c, v, sub)) return -EINVAL;
+  }
+  return 0;
+}
+
+static int check_value(conf_ctx *c, json_t *v, const char *path) {
+  if (json_is_object(v)) return check_object(c, v, path);
+  for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++)
+    if (check_value(c, json_array_get(v, i), path)) return -EINVAL;
+  return 0;
+}
+
+int conf_check_unread(conf_ctx *c, json_t *in) { return check_value(c, in, "in"); }
+
 /* ---- scalars --------------------------------------------------------------------------- */
 
 int conf_val_u64(conf_ctx *c, json_t *v, const char *what, uint64_t *out) {
@@ -75,11 +126,11 @@ int conf_val_u64(conf_ctx *c, json_t *v, const char *what, uint64_t *out) {
 }
 
 int conf_get_u64(conf_ctx *c, json_t *obj, const char *key, uint64_t *out) {
-  return conf_val_u64(c, obj ? json_object_get(obj, key) : NULL, key, out);
+  return conf_val_u64(c, obj ? conf_get(c, obj, key) : NULL, key, out);
 }
 
 int conf_get_bool(conf_ctx *c, json_t *obj, const char *key, bool *out) {
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
+  json_t *v = obj ? conf_get(c, obj, key) : NULL;
   if (!v || json_is_null(v)) return *out = false, 0;
   if (!json_is_boolean(v)) return bad(c, "%s: expected true/false", key);
   return *out = json_is_true(v), 0;
@@ -121,7 +172,7 @@ int conf_val_u128(conf_ctx *c, json_t *v, const char *what, qim_u128 *out) {
 }
 
 int conf_get_u128(conf_ctx *c, json_t *obj, const char *key, qim_u128 *out) {
-  return conf_val_u128(c, obj ? json_object_get(obj, key) : NULL, key, out);
+  return conf_val_u128(c, obj ? conf_get(c, obj, key) : NULL, key, out);
 }
 
 int conf_val_id16(conf_ctx *c, json_t *v, const char *what, uint8_t out[16]) {
@@ -132,11 +183,11 @@ int conf_val_id16(conf_ctx *c, json_t *v, const char *what, uint8_t out[16]) {
 }
 
 int conf_get_id16(conf_ctx *c, json_t *obj, const char *key, uint8_t out[16]) {
-  return conf_val_id16(c, obj ? json_object_get(obj, key) : NULL, key, out);
+  return conf_val_id16(c, obj ? conf_get(c, obj, key) : NULL, key, out);
 }
 
 int conf_get_str(conf_ctx *c, json_t *obj, const char *key, const char **out) {
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
+  json_t *v = obj ? conf_get(c, obj, key) : NULL;
   *out = NULL;
   if (!v || json_is_null(v)) return 0;
   if (!json_is_string(v)) return bad(c, "%s: expected a string", key);
@@ -145,8 +196,9 @@ int conf_get_str(conf_ctx *c, json_t *obj, const char *key, const char **out) {
 }
 
 int conf_get_json_text(conf_ctx *c, json_t *obj, const char *key, char **out) {
-  (void)c;
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
+  json_t *v = obj ? conf_get(c, obj, key) : NULL;
+  conf_seen *s = obj ? seen_find(c, obj, key) : NULL;
+  if (s) s->opaque = true;
   *out = NULL;
   if (!v || json_is_null(v)) return 0;
   if (json_is_string(v)) {
@@ -167,7 +219,7 @@ int conf_val_bytes(conf_ctx *c, json_t *v, const char *what, qim_bytes *out) {
     out->n = n;
     return 0;
   }
-  const char *hex = json_is_object(v) ? json_string_value(json_object_get(v, "hex")) : NULL;
+  const char *hex = json_is_object(v) ? json_string_value(conf_get(c, v, "hex")) : NULL;
   if (!hex || strlen(hex) % 2) return bad(c, "%s: expected a string or {\"hex\": ...}", what);
   size_t n = strlen(hex) / 2;
   out->p = n ? qim_malloc(n) : NULL;
@@ -185,11 +237,11 @@ int conf_val_bytes(conf_ctx *c, json_t *v, const char *what, qim_bytes *out) {
 }
 
 int conf_get_bytes(conf_ctx *c, json_t *obj, const char *key, qim_bytes *out) {
-  return conf_val_bytes(c, obj ? json_object_get(obj, key) : NULL, key, out);
+  return conf_val_bytes(c, obj ? conf_get(c, obj, key) : NULL, key, out);
 }
 
 int conf_get_enum(conf_ctx *c, json_t *obj, const char *key, const char *const *names, int *out) {
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
+  json_t *v = obj ? conf_get(c, obj, key) : NULL;
   *out = 0;
   if (!v || json_is_null(v)) return 0;
   int n = conf_names_count(names);
@@ -202,7 +254,7 @@ int conf_get_enum(conf_ctx *c, json_t *obj, const char *key, const char *const *
 }
 
 int conf_get_mode(conf_ctx *c, json_t *obj, const char *key, uint32_t *out) {
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
+  json_t *v = obj ? conf_get(c, obj, key) : NULL;
   *out = 0;
   if (!v || json_is_null(v)) return 0;
   if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= 255)
@@ -230,11 +282,11 @@ int conf_val_stream(conf_ctx *c, json_t *v, const char *what, qim_log_stream *ou
 }
 
 int conf_get_stream(conf_ctx *c, json_t *obj, const char *key, qim_log_stream *out) {
-  return conf_val_stream(c, obj ? json_object_get(obj, key) : NULL, key, out);
+  return conf_val_stream(c, obj ? conf_get(c, obj, key) : NULL, key, out);
 }
 
 int conf_get_position(conf_ctx *c, json_t *obj, const char *key, qim_log_position *out) {
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
+  json_t *v = obj ? conf_get(c, obj, key) : NULL;
   if (!json_is_object(v)) return bad(c, "%s: expected {\"stream\", \"offset\"}", key);
   int rc = conf_get_stream(c, v, "stream", &out->stream);
   return rc ? rc : conf_get_u64(c, v, "offset", &out->offset);

@@ -38,8 +38,8 @@ static void merge(json_t *out, json_t *part) {
 static void put(json_t *out, const char *key, json_t *v) { json_object_set_new(out, key, must(v)); }
 
 /* A member given with a non-null value (null stands for "absent" in vectors). */
-static bool present(json_t *in, const char *key) {
-  json_t *v = json_object_get(in, key);
+static bool present(conf_ctx *c, json_t *in, const char *key) {
+  json_t *v = conf_get(c, in, key);
   return v && !json_is_null(v);
 }
 
@@ -53,7 +53,7 @@ static int bad(conf_ctx *c, const char *msg) {
 static int op_user_create(conf_ctx *c, json_t *in, int *st, json_t *out) {
   (void)out;
   qim_store_user_create_req r = {0};
-  json_t *u = json_object_get(in, "user");
+  json_t *u = conf_get(c, in, "user");
   if (!json_is_object(u)) return bad(c, "user: expected an object");
   int rc = conf_get_u128(c, u, "tenant_id", &r.user.tenant_id.v);
   if (!rc) rc = conf_get_u128(c, u, "user_id", &r.user.user_id.v);
@@ -101,7 +101,7 @@ static int op_user_update(conf_ctx *c, json_t *in, int *st, json_t *out) {
 static int op_cred_create(conf_ctx *c, json_t *in, int *st, json_t *out) {
   (void)out;
   qim_store_cred_create_req r = {0};
-  json_t *cr = json_object_get(in, "cred");
+  json_t *cr = conf_get(c, in, "cred");
   const char *login, *hash;
   if (!json_is_object(cr)) return bad(c, "cred: expected an object");
   TRY(conf_get_u128(c, cr, "tenant_id", &r.cred.tenant_id.v));
@@ -159,7 +159,7 @@ static int op_apikey_get(conf_ctx *c, json_t *in, int *st, json_t *out) {
 
 static int dec_conv(conf_ctx *c, json_t *v, qim_store_conversation *o, char **pub) {
   int kind;
-  json_t *du = json_object_get(v, "direct_users");
+  json_t *du = conf_get(c, v, "direct_users");
   TRY(conf_get_u128(c, v, "tenant_id", &o->tenant_id.v));
   TRY(conf_get_u128(c, v, "conversation_id", &o->conversation_id.v));
   TRY(conf_get_enum(c, v, "kind", conf_names_conv_kind, &kind));
@@ -186,7 +186,7 @@ static int op_conv_create(conf_ctx *c, json_t *in, int *st, json_t *out) {
   (void)out;
   qim_store_conv_create_req r = {0};
   char *pub = NULL;
-  json_t *v = json_object_get(in, "conv");
+  json_t *v = conf_get(c, in, "conv");
   if (!json_is_object(v)) return bad(c, "conv: expected an object");
   int rc = dec_conv(c, v, &r.conv, &pub);
   if (!rc) rc = conf_get_u64(c, in, "now", &r.now);
@@ -236,7 +236,7 @@ static int dec_change(conf_ctx *c, json_t *v, qim_store_member_change *ch) {
 
 static int op_members_change(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_members_change_req r = {0};
-  json_t *changes = json_object_get(in, "changes");
+  json_t *changes = conf_get(c, in, "changes");
   uint64_t limit;
   if (!json_is_array(changes)) return bad(c, "changes: expected an array");
   TRY(conf_get_u128(c, in, "tenant_id", &r.tenant_id.v));
@@ -278,7 +278,7 @@ static int op_members_at(conf_ctx *c, json_t *in, int *st, json_t *out) {
   TRY(conf_get_u128(c, in, "tenant_id", &r.tenant_id.v));
   TRY(conf_get_u128(c, in, "conversation_id", &r.conversation_id.v));
   TRY(conf_get_u64(c, in, "version", &r.version));
-  if (present(in, "after_user")) {
+  if (present(c, in, "after_user")) {
     r.has_after = true;
     TRY(conf_get_u128(c, in, "after_user", &r.after_user.v));
   }
@@ -353,7 +353,7 @@ static json_t *enc_reserve(const qim_reserve_result *res) {
 static int op_reserve(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_intent_reserve_req r = {0};
   qim_commit_intent proposal;
-  TRY(conf_dec_proposal(c, json_object_get(in, "proposal"), &proposal));
+  TRY(conf_dec_proposal(c, conf_get(c, in, "proposal"), &proposal));
   r.proposal = &proposal;
   *st = SYNC(c, intents.reserve, &r);
   if (*st == 0) {
@@ -368,7 +368,7 @@ static int op_reserve(conf_ctx *c, json_t *in, int *st, json_t *out) {
 static int op_advance(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_intent_advance_req r = {0};
   int to;
-  TRY(conf_dec_key(c, json_object_get(in, "key"), &r.key));
+  TRY(conf_dec_key(c, conf_get(c, in, "key"), &r.key));
   TRY(conf_get_enum(c, in, "to", conf_names_commit_state, &to));
   TRY(conf_get_u64(c, in, "now", &r.now));
   r.to = (qim_commit_state)to;
@@ -379,7 +379,7 @@ static int op_advance(conf_ctx *c, json_t *in, int *st, json_t *out) {
 
 static int op_load(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_intent_load_req r = {0};
-  TRY(conf_dec_key(c, json_object_get(in, "key"), &r.key));
+  TRY(conf_dec_key(c, conf_get(c, in, "key"), &r.key));
   *st = SYNC(c, intents.load, &r);
   if (*st == 0) {
     put(out, "kind", conf_json_enum(conf_names_loaded_kind, 2, r.out.kind));
@@ -395,7 +395,7 @@ static int op_load(conf_ctx *c, json_t *in, int *st, json_t *out) {
 static int op_list_in_flight(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_intent_list_req r = {0};
   uint64_t limit;
-  if (present(in, "conversation_id")) {
+  if (present(c, in, "conversation_id")) {
     r.has_conversation = true;
     TRY(conf_get_u128(c, in, "tenant_id", &r.tenant_id.v));
     TRY(conf_get_u128(c, in, "conversation_id", &r.conversation_id.v));
@@ -436,7 +436,7 @@ static int op_record_get(conf_ctx *c, json_t *in, int *st, json_t *out) {
 
 /* [[low, hi], ...] → ranges (qim_malloc'd; NULL when empty). */
 static int dec_ranges(conf_ctx *c, json_t *in, qim_store_seq_range **out, size_t *n) {
-  json_t *a = json_object_get(in, "ranges");
+  json_t *a = conf_get(c, in, "ranges");
   *out = NULL;
   *n = json_array_size(a);
   if (a && !json_is_array(a)) return bad(c, "ranges: expected [[low, hi], ...]");
@@ -511,7 +511,7 @@ static int op_dellog_add(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_seq_range *ranges;
   TRY(conf_get_u128(c, in, "tenant_id", &r.tenant_id.v));
   TRY(conf_get_u128(c, in, "conversation_id", &r.conversation_id.v));
-  json_t *fu = json_object_get(in, "for_user");
+  json_t *fu = conf_get(c, in, "for_user");
   if (fu && !json_is_null(fu)) {
     r.has_for_user = true;
     TRY(conf_val_u128(c, fu, "for_user", &r.for_user.v));
@@ -587,10 +587,10 @@ static int dec_appends(conf_ctx *c, json_t *arr, qim_store_log_append **out, siz
 static int op_log_append(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_log_append_req r = {0};
   qim_store_log_append *a;
-  TRY(dec_appends(c, json_object_get(in, "appends"), &a, &r.append_count));
-  json_t *cons = json_object_get(in, "consumer");
+  TRY(dec_appends(c, conf_get(c, in, "appends"), &a, &r.append_count));
+  json_t *cons = conf_get(c, in, "consumer");
   int rc = 0;
-  if (present(in, "consumer")) {
+  if (present(c, in, "consumer")) {
     r.has_consumer = true;
     rc = conf_get_str(c, cons, "name", &r.consumer);
     if (!rc) rc = conf_get_stream(c, cons, "stream", &r.consumer_stream);
@@ -724,19 +724,19 @@ static int dec_batch(conf_ctx *c, json_t *v, qim_append_mailbox_batch *b) {
   b->shard = (qim_mailbox_shard_id)shard;
   b->lane = (qim_lane_id)lane;
   b->chunk_id = (uint32_t)chunk;
-  json_t *entries = json_object_get(v, "entries");
+  json_t *entries = conf_get(c, v, "entries");
   b->entry_count = json_array_size(entries);
   b->entries = qim_calloc(b->entry_count ? b->entry_count : 1, sizeof *b->entries);
   for (size_t i = 0; i < b->entry_count; i++)
     TRY(conf_dec_mailbox_entry(c, json_array_get(entries, i), b->mailbox_seq, &b->entries[i]));
-  return conf_dec_progress(c, json_object_get(v, "progress"), &b->progress);
+  return conf_dec_progress(c, conf_get(c, v, "progress"), &b->progress);
 }
 
 static int op_mailbox_append(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_mailbox_append_req r = {0};
   qim_append_mailbox_batch b = {0};
   uint64_t epoch;
-  int rc = dec_batch(c, json_object_get(in, "batch"), &b);
+  int rc = dec_batch(c, conf_get(c, in, "batch"), &b);
   if (!rc) rc = conf_get_u64(c, in, "owner_epoch", &epoch);
   if (!rc) {
     r.batch = &b;
@@ -769,7 +769,7 @@ static int op_progress_get(conf_ctx *c, json_t *in, int *st, json_t *out) {
 
 static int op_mailbox_range(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_mailbox_range_req r = {0};
-  json_t *q = json_object_get(in, "query");
+  json_t *q = conf_get(c, in, "query");
   uint64_t items, bytes;
   if (!json_is_object(q)) return bad(c, "query: expected an object");
   TRY(conf_get_u128(c, q, "tenant_id", &r.query.tenant_id.v));
@@ -810,7 +810,7 @@ static int op_watermark_get(conf_ctx *c, json_t *in, int *st, json_t *out) {
 static int op_watermark_advance(conf_ctx *c, json_t *in, int *st, json_t *out) {
   (void)out;
   qim_store_watermark_advance_req r = {0};
-  json_t *a = json_object_get(in, "advance");
+  json_t *a = conf_get(c, in, "advance");
   uint64_t shard, lane, epoch;
   if (!json_is_object(a)) return bad(c, "advance: expected an object");
   TRY(conf_get_u64(c, a, "shard", &shard));
@@ -879,8 +879,11 @@ int conf_op_exec(conf_ctx *ctx, const char *op, json_t *in, int *status, json_t 
   ctx->err[0] = 0;
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     if (strcmp(ops[i].name, op) != 0) continue;
-    if (ops[i].fn(ctx, in, status, *out) == 0) return 0;
-    return QIM_E_CONFORMANCE_CONTRACT_VECTOR_FAILED;
+    conf_seen_reset(ctx);
+    int rc = ops[i].fn(ctx, in, status, *out);
+    if (rc == 0) rc = conf_check_unread(ctx, in);
+    conf_seen_reset(ctx);
+    return rc == 0 ? 0 : QIM_E_CONFORMANCE_CONTRACT_VECTOR_FAILED;
   }
   snprintf(ctx->err, sizeof ctx->err, "unknown op \"%s\"", op);
   return QIM_E_CONFORMANCE_CONTRACT_VECTOR_FAILED;

@@ -53,7 +53,7 @@ int conf_dec_content(conf_ctx *c, json_t *v, qim_message_content *out) {
   out->message_type = (qim_message_type)t;
   out->schema_version = (uint32_t)schema;
   if (custom) out->custom_type = qim_strdup(custom);
-  json_t *media = json_object_get(v, "media_metadata");
+  json_t *media = conf_get(c, v, "media_metadata");
   int rc = conf_get_bytes(c, v, "payload", &out->payload_or_ciphertext);
   if (!rc && media && !json_is_null(media)) {
     out->has_media_metadata = true;
@@ -150,7 +150,7 @@ json_t *conf_enc_committed(const qim_committed_message *m) {
 
 /* {"direct": [users...]} or {"group": id}. */
 static int dec_audience(conf_ctx *c, json_t *v, qim_delivery_audience *out) {
-  json_t *direct = json_object_get(v, "direct"), *group = json_object_get(v, "group");
+  json_t *direct = conf_get(c, v, "direct"), *group = conf_get(c, v, "group");
   if (json_is_array(direct)) {
     out->kind = QIM_DELIVERY_AUDIENCE_DIRECT;
     size_t n = json_array_size(direct);
@@ -178,7 +178,7 @@ static int dec_proposal_ids(conf_ctx *c, json_t *v, qim_commit_intent *o) {
   TRY(conf_get_id16(c, v, "message_id", o->coordinates.message_id.b));
   TRY(conf_get_id16(c, v, "trace_id", o->trace_id.b));
   /* The activity id defaults to the message id (both are time-ordered). */
-  if (json_object_get(v, "last_activity_id"))
+  if (conf_get(c, v, "last_activity_id"))
     return conf_get_id16(c, v, "last_activity_id", o->coordinates.last_activity_id.b);
   memcpy(o->coordinates.last_activity_id.b, o->coordinates.message_id.b, 16);
   return 0;
@@ -186,11 +186,11 @@ static int dec_proposal_ids(conf_ctx *c, json_t *v, qim_commit_intent *o) {
 
 static int dec_proposal_content(conf_ctx *c, json_t *v, qim_commit_intent *o) {
   json_t *content = json_pack("{s:O?,s:O?,s:O?,s:O?,s:O?}", "message_type",
-                              json_object_get(v, "type"), "custom_type",
-                              json_object_get(v, "custom_type"), "schema_version",
-                              json_object_get(v, "schema_version"), "payload",
-                              json_object_get(v, "payload"), "media_metadata",
-                              json_object_get(v, "media_metadata"));
+                              conf_get(c, v, "type"), "custom_type",
+                              conf_get(c, v, "custom_type"), "schema_version",
+                              conf_get(c, v, "schema_version"), "payload",
+                              conf_get(c, v, "payload"), "media_metadata",
+                              conf_get(c, v, "media_metadata"));
   int rc = conf_dec_content(c, must(content), &o->record.content);
   json_decref(content);
   return rc;
@@ -210,8 +210,8 @@ int conf_dec_proposal(conf_ctx *c, json_t *v, qim_commit_intent *o) {
   if (!rc) rc = conf_get_enum(c, v, "retention", conf_names_retention, &retention);
   if (!rc) rc = conf_get_enum(c, v, "state", conf_names_message_state, &state);
   if (!rc) rc = conf_get_u64(c, v, "created_at", &created);
-  if (!rc && json_object_get(v, "inline_body")) rc = conf_get_bool(c, v, "inline_body", &inline_body);
-  if (!rc) rc = dec_audience(c, json_object_get(v, "audience"), &o->delivery.audience);
+  if (!rc && conf_get(c, v, "inline_body")) rc = conf_get_bool(c, v, "inline_body", &inline_body);
+  if (!rc) rc = dec_audience(c, conf_get(c, v, "audience"), &o->delivery.audience);
   if (rc) {
     qim_commit_intent_free(o);
     return rc;
@@ -237,25 +237,25 @@ int conf_dec_mailbox_entry(conf_ctx *c, json_t *v, qim_mailbox_seq batch_seq, qi
   int type;
   TRY(conf_get_u128(c, v, "tenant_id", &o->tenant_id.v));
   TRY(conf_get_u128(c, v, "user_id", &o->user_id.v));
-  if (json_object_get(v, "mailbox_seq")) TRY(conf_get_u64(c, v, "mailbox_seq", &seq));
+  if (conf_get(c, v, "mailbox_seq")) TRY(conf_get_u64(c, v, "mailbox_seq", &seq));
   TRY(conf_get_u64(c, v, "event_ordinal", &ord));
   TRY(conf_get_enum(c, v, "event_type", conf_names_event_type, &type));
-  TRY(conf_dec_coordinates(c, json_object_get(v, "coordinates"), &o->coordinates));
+  TRY(conf_dec_coordinates(c, conf_get(c, v, "coordinates"), &o->coordinates));
   TRY(conf_get_u128(c, v, "sender_id", &o->sender_id.v));
   TRY(conf_get_bool(c, v, "body_included", &o->body_included));
   TRY(conf_get_u64(c, v, "created_at", &created));
   o->mailbox_seq = seq;
   o->event_ordinal = (uint8_t)ord;
   o->event_id = qim_event_id_make(seq, o->event_ordinal);
-  if (json_object_get(v, "event_id")) TRY(conf_get_u64(c, v, "event_id", &o->event_id));
+  if (conf_get(c, v, "event_id")) TRY(conf_get_u64(c, v, "event_id", &o->event_id));
   o->event_type = (qim_event_type)type;
   o->created_at = created;
-  json_t *cmid = json_object_get(v, "client_message_id");
+  json_t *cmid = conf_get(c, v, "client_message_id");
   if (cmid && !json_is_null(cmid)) {
     o->has_client_message_id = true;
     TRY(conf_val_id16(c, cmid, "client_message_id", o->client_message_id.b));
   }
-  json_t *content = json_object_get(v, "content");
+  json_t *content = conf_get(c, v, "content");
   if (content && !json_is_null(content)) {
     o->has_content = true;
     TRY(conf_dec_content(c, content, &o->content));
@@ -286,7 +286,7 @@ int conf_dec_progress(conf_ctx *c, json_t *v, qim_dispatch_progress *o) {
   TRY(conf_get_u64(c, v, "lane", &lane));
   o->shard = (qim_mailbox_shard_id)shard;
   o->lane = (qim_lane_id)lane;
-  json_t *chunks = json_object_get(v, "completed_chunks");
+  json_t *chunks = conf_get(c, v, "completed_chunks");
   size_t n = json_array_size(chunks);
   o->completed_chunks = n ? qim_calloc(n, sizeof *o->completed_chunks) : NULL;
   o->completed_chunk_count = n;
@@ -295,7 +295,7 @@ int conf_dec_progress(conf_ctx *c, json_t *v, qim_dispatch_progress *o) {
     TRY(conf_val_u64(c, json_array_get(chunks, i), "completed_chunks[]", &ch));
     o->completed_chunks[i] = (uint32_t)ch;
   }
-  json_t *done = json_object_get(v, "completed_at");
+  json_t *done = conf_get(c, v, "completed_at");
   if (done && !json_is_null(done)) {
     TRY(conf_val_u64(c, done, "completed_at", &at));
     o->has_completed_at = true;

@@ -416,6 +416,7 @@ static int run_loaded(vrun *v) {
     rc = run_step(v, json_array_get(steps, i));
   }
   v->step = 0;
+  conf_seen_reset(&v->ctx);
   conf_dep_close(v->dep);
   json_decref(v->vars);
   return rc;
