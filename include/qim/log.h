@@ -30,7 +30,8 @@ void qim_log_set_level(qim_log_level min);
 /* sink == NULL restores stderr. The sink gets the whole line without a newline. */
 void qim_log_set_sink(void (*sink)(const char *line, void *ctx), void *ctx);
 
-/* `trace` may be NULL. `fmt` is printf-style text of further key=value pairs. */
+/* `trace` may be NULL. `fmt` is printf-style text of further key=value pairs, or NULL
+ * when there are none (an empty "" literal trips gcc's -Wformat-zero-length). */
 void qim_log(qim_log_level level, const qim_trace_id *trace, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

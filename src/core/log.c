@@ -71,7 +71,7 @@ static size_t format_body(char *buf, size_t cap, size_t len, const char *fmt, va
   if (!fmt || !*fmt || len + 2 >= cap) return len;
   buf[len++] = ' ';
   int n = vsnprintf(buf + len, cap - len, fmt, ap);
-  if (n < 0) return len - 1;
+  if (n <= 0) return len - 1; /* nothing (or an error): no dangling space */
   return len + (size_t)n < cap - 1 ? len + (size_t)n : cap - 2;
 }
 

@@ -53,7 +53,7 @@ void *qim_malloc(size_t n) {
 
 void *qim_calloc(size_t count, size_t n) {
   if (n && count > MAX_REQUEST / n) oom(SIZE_MAX);
-  void *p = calloc(count ? count : 1, n ? n : 1);
+  void *p = count && n ? calloc(count, n) : calloc(1, 1); /* a zero size still gives a block */
   if (!p) oom(count * n);
   account_add(p);
   return p;
