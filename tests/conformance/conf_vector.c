@@ -407,8 +407,10 @@ static int run_loaded(vrun *v) {
   v->vars = vars ? json_deep_copy(vars) : must(json_object());
   v->defaults = defs;
   char why[512];
-  if (conf_dep_open(v->url, &v->opt, &v->dep, why, sizeof why))
+  if (conf_dep_open(v->url, &v->opt, &v->dep, why, sizeof why)) {
+    json_decref(v->vars);
     return fail(v, QIM_E_CONFORMANCE_ISOLATED_DEPENDENCY_UNAVAILABLE, "%s", why);
+  }
   v->ctx.store = conf_dep_store(v->dep);
   int rc = 0;
   for (size_t i = 0; !rc && i < json_array_size(steps); i++) {
@@ -430,6 +432,7 @@ int conf_run_vector_file(const char *url, const char *path, conf_report *rep) {
   int rc = v.doc ? run_loaded(&v)
                  : fail(&v, QIM_E_CONFORMANCE_CONTRACT_VECTOR_FAILED, "line %d: %s", jerr.line, jerr.text);
   json_decref(v.doc);
+  conf_seen_reset(&v.ctx);
   if (!rc && rep) rep->passed++;
   if (!rc && rep && rep->verbose) fprintf(out_of(rep), "ok   %s\n", path);
   return rc;

@@ -23,7 +23,6 @@
 
 /* Written by the child after the store reported the operation done (durable). */
 typedef enum crash_ack_kind {
-  CRASH_ACK_READY = 1,   /* recovery planned, workload started */
   CRASH_ACK_MESSAGE = 2, /* a message reached COMMITTED: idx = conversation, value = seq */
   CRASH_ACK_LOG = 3,     /* a log append: idx = dispatch shard, value = offset */
 } crash_ack_kind;
