@@ -359,10 +359,11 @@ static int run_step(vrun *v, json_t *step) {
   json_decref(tmpl);
   if (rc) return fail(v, QIM_E_CONFORMANCE_CONTRACT_VECTOR_FAILED, "in: %s", v->ctx.err);
   v->mismatch = QIM_E_CONFORMANCE_SEMANTIC_MISMATCH;
-  if (!strcmp(v->op, "vars.echo")) {
-    /* Checks the vector's own assumptions (e.g. which lane a user hashes to): the input,
-     * evaluated, is the output; a mismatch is the vector's fault, not the backend's. */
-    v->mismatch = QIM_E_CONFORMANCE_CONTRACT_VECTOR_FAILED;
+  if (!strcmp(v->op, "vars.echo") || !strcmp(v->op, "vars.check")) {
+    /* The input, evaluated, is the output. vars.echo checks the vector's own assumptions
+     * (which lane a user hashes to): a mismatch is the vector's fault. vars.check compares
+     * values saved from earlier outputs: a mismatch is the backend's. */
+    if (!strcmp(v->op, "vars.echo")) v->mismatch = QIM_E_CONFORMANCE_CONTRACT_VECTOR_FAILED;
     status = 0;
     out = json_incref(in);
   } else {
