@@ -15,6 +15,8 @@
  * Then the next child starts on the same database (recovering what was in flight). The
  * child's before_commit hook counts its entries and exits in shared memory; a kill between
  * the two landed inside a transaction, and at least half of the kills must have.
+ * Finally two controls damage the database behind the store's back (a history row, an
+ * outbox record) and require the checks, run in a fresh process, to report exactly that.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +29,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <sqlite3.h>
 
 #include "crash.h"
 #include "qim/ids.h"
@@ -446,12 +450,112 @@ static void test_sigkill_inside_transactions_loses_nothing_acknowledged(void **s
   qim_test_rmtree(dir);
 }
 
+/* ---- controls: the checks see damage --------------------------------------------------------- */
+
+static const char *verify_url;
+
+static void test_verify_only(void **state) {
+  (void)state;
+  verify(verify_url);
+}
+
+/* Runs the checks on `url` in a fresh process; returns its output, *failed = exit status != 0. */
+static char *verify_elsewhere(const char *url, bool *failed) {
+  int p[2];
+  assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(p[1], STDOUT_FILENO);
+    dup2(p[1], STDERR_FILENO);
+    execl("/proc/self/exe", "crash_sqlite", "--verify", url, (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  char *out = NULL;
+  size_t len = 0;
+  FILE *mem = open_memstream(&out, &len);
+  char buf[4096];
+  for (ssize_t n; (n = read(p[0], buf, sizeof buf)) > 0;) fwrite(buf, 1, (size_t)n, mem);
+  fclose(mem);
+  close(p[0]);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  *failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  return out;
+}
+
+/* Damages the closed database with `sql` and requires the checks to report `symptom`. */
+static void expect_checks_see(const char *db_path, const char *url, const char *sql, const char *symptom) {
+  sqlite3 *db;
+  assert_int_equal(sqlite3_open(db_path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  assert_true(sqlite3_changes(db) > 0);
+  sqlite3_close(db);
+  bool failed;
+  char *out = verify_elsewhere(url, &failed);
+  printf("control: %s -> %s\n", sql, strstr(out, symptom) ? symptom : "(not seen)");
+  if (!failed || !strstr(out, symptom)) fputs(out, stdout);
+  assert_true(failed);
+  assert_non_null(strstr(out, symptom));
+  free(out);
+}
+
+static void test_checks_see_a_lost_row_and_an_outbox_gap(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("crash-control"), url[4300], db_path[4200];
+  snprintf(db_path, sizeof db_path, "%s/store.db", dir);
+  snprintf(url, sizeof url, "sqlite:%s", db_path);
+  create_conversations(url);
+  /* Three committed messages in conversation 0, by the child's own code path. */
+  qim_store *s;
+  qim_store_options opt = crash_options();
+  assert_int_equal(qim_store_open(url, &opt, &s), 0);
+  for (uint8_t n = 1; n <= 3; n++) {
+    qim_commit_intent p = {.key = {{{0, CRASH_TENANT}}, {{0, CRASH_SENDER}}, {{0}}}};
+    p.key.client_message_id.b[15] = n;
+    p.coordinates.message_id = (qim_message_id){{0}};
+    p.coordinates.message_id.b[15] = n;
+    p.coordinates.conversation_id = crash_conv(0);
+    p.delivery.audience.kind = QIM_DELIVERY_AUDIENCE_GROUP_SNAPSHOT;
+    p.delivery.audience.group.group_id.v = p.coordinates.conversation_id.v;
+    p.record.coordinates = p.coordinates;
+    p.record.sender.user_id = p.key.sender_id;
+    p.record.sender.tenant_id = p.key.tenant_id;
+    p.record.client_message_id = p.key.client_message_id;
+    qim_store_intent_reserve_req r = {.proposal = &p};
+    assert_int_equal(QIM_STORE_SYNC(s, intents.reserve, &r), 0);
+    qim_commit_intent_free(&r.out.intent);
+    for (int st = QIM_COMMIT_STATE_RECORDED; st <= QIM_COMMIT_STATE_COMMITTED; st++) {
+      qim_store_intent_advance_req a = {.key = p.key, .to = (qim_commit_state)st};
+      assert_int_equal(QIM_STORE_SYNC(s, intents.advance, &a), 0);
+    }
+  }
+  qim_store_close(s);
+  bool failed;
+  char *out = verify_elsewhere(url, &failed);
+  if (failed) fputs(out, stdout);
+  assert_false(failed); /* undamaged, the checks pass */
+  free(out);
+  /* The schema is the SQLite backend's (sqlite_schema.c): this control is SQLite-only. */
+  expect_checks_see(db_path, url, "DELETE FROM records WHERE seq = 2", "neither row nor reservation");
+  expect_checks_see(db_path, url, "DELETE FROM log_records WHERE offset = (SELECT min(offset) + 1 FROM log_records)",
+                    "(a gap)");
+  qim_test_rmtree(dir);
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--verify")) {
+    verify_url = argv[2];
+    const struct CMUnitTest only[] = {cmocka_unit_test(test_verify_only)};
+    return cmocka_run_group_tests(only, NULL, NULL);
+  }
   if (argc == 6 && !strcmp(argv[1], "--child"))
     return crash_child_main(argv[2], argv[3], (uint32_t)strtoul(argv[4], NULL, 10),
                             (uint32_t)strtoul(argv[5], NULL, 10));
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sigkill_inside_transactions_loses_nothing_acknowledged),
+      cmocka_unit_test(test_checks_see_a_lost_row_and_an_outbox_gap),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
