@@ -72,7 +72,8 @@ static void test_log_offsets_dense_from_one_and_keys_idempotent(void **state) {
 static void test_log_trim_respects_consumer_and_protect(void **state) {
   env *e = *state;
   qim_log_stream outbox = {QIM_LOG_STREAM_OUTBOX, 0};
-  for (int i = 0; i < 10; i++) assert_int_equal(log_append1(e->s, outbox, (uint8_t)(i + 1), "p", NULL), 0);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(log_append1(e->s, outbox, (uint8_t)(i + 1), "p", NULL), 0);
   qim_store_log_consumer_set_req cs = {0};
   cs.consumer = "fanout";
   cs.stream = outbox;
@@ -164,13 +165,15 @@ static void test_reserve_fresh_existing_committed_and_reused(void **state) {
 
   qim_commit_intent other = fx_proposal(1, 1, 1, "different");
   r.proposal = &other;
-  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r), QIM_E_COMMIT_CLIENT_MESSAGE_ID_REUSED);
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r),
+                   QIM_E_COMMIT_CLIENT_MESSAGE_ID_REUSED);
   qim_commit_intent_free(&other);
 
   qim_store_intent_advance_req ar = {0};
   ar.key = p.key;
   ar.to = QIM_COMMIT_STATE_OUTBOXED;
-  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), QIM_E_MESSAGE_STORE_INVALID_STATE_TRANSITION);
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar),
+                   QIM_E_MESSAGE_STORE_INVALID_STATE_TRANSITION);
   assert_int_equal(fx_commit(e->s, &p), 1); /* reserve again → EXISTING, then all steps */
   r.proposal = &p;
   assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r), 0);
@@ -178,7 +181,8 @@ static void test_reserve_fresh_existing_committed_and_reused(void **state) {
   assert_int_equal(r.out.committed.coordinates.conversation_seq, 1);
 
   ar.to = QIM_COMMIT_STATE_RECORDED;
-  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), QIM_E_MESSAGE_STORE_INVALID_STATE_TRANSITION);
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar),
+                   QIM_E_MESSAGE_STORE_INVALID_STATE_TRANSITION);
   ar.to = QIM_COMMIT_STATE_COMMITTED;
   assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), 0);
   assert_int_equal(ar.out_position.offset, 1);
@@ -219,7 +223,8 @@ static void test_outboxed_requires_predecessors(void **state) {
   ar.to = QIM_COMMIT_STATE_RECORDED;
   assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), 0);
   ar.to = QIM_COMMIT_STATE_OUTBOXED;
-  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), QIM_E_COMMIT_LOG_INVARIANT_VIOLATION);
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar),
+                   QIM_E_COMMIT_LOG_INVARIANT_VIOLATION);
 
   qim_store_intent_list_req lr = {0};
   lr.limit = 10;
@@ -261,11 +266,11 @@ static size_t members_at(qim_store *s, uint64_t version, int want) {
 static void test_membership_versions_read_exactly(void **state) {
   env *e = *state;
   fx_create_group(e->s, 1, 1);
-  change1(e->s, QIM_STORE_MEMBER_ADD, 2, 0);    /* v2 */
-  change1(e->s, QIM_STORE_MEMBER_ADD, 3, 0);    /* v3 */
+  change1(e->s, QIM_STORE_MEMBER_ADD, 2, 0); /* v2 */
+  change1(e->s, QIM_STORE_MEMBER_ADD, 3, 0); /* v3 */
   change1(e->s, QIM_STORE_MEMBER_ADD, 3, QIM_E_GROUP_ALREADY_EXISTS);
   change1(e->s, QIM_STORE_MEMBER_ADD, 4, QIM_E_GROUP_MEMBER_LIMIT_EXCEEDED);
-  change1(e->s, QIM_STORE_MEMBER_BAN, 2, 0);    /* v4 */
+  change1(e->s, QIM_STORE_MEMBER_BAN, 2, 0); /* v4 */
   change1(e->s, QIM_STORE_MEMBER_ADD, 2, QIM_E_GROUP_PERMISSION_DENIED);
   change1(e->s, QIM_STORE_MEMBER_REMOVE, 9, QIM_E_GROUP_NOT_FOUND);
   assert_int_equal(members_at(e->s, 1, 0), 1);
@@ -347,10 +352,13 @@ static void test_wipe_body_erases_history_and_intent(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_log_offsets_dense_from_one_and_keys_idempotent, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_log_offsets_dense_from_one_and_keys_idempotent, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_log_trim_respects_consumer_and_protect, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_takeover_bumps_epoch_fences_and_stamps_dispatch, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_reserve_fresh_existing_committed_and_reused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_takeover_bumps_epoch_fences_and_stamps_dispatch, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_reserve_fresh_existing_committed_and_reused, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_reserve_by_non_member_is_denied, setup, teardown),
       cmocka_unit_test_setup_teardown(test_outboxed_requires_predecessors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_membership_versions_read_exactly, setup, teardown),
