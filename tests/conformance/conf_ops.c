@@ -373,7 +373,7 @@ static int op_advance(conf_ctx *c, json_t *in, int *st, json_t *out) {
   TRY(conf_get_u64(c, in, "now", &r.now));
   r.to = (qim_commit_state)to;
   *st = SYNC(c, intents.advance, &r);
-  if (*st == 0 && r.to == QIM_COMMIT_STATE_OUTBOXED) put(out, "position", conf_json_position(r.out_position));
+  if (*st == 0 && r.to >= QIM_COMMIT_STATE_OUTBOXED) put(out, "position", conf_json_position(r.out_position));
   return 0;
 }
 
