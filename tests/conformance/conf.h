@@ -12,6 +12,8 @@
  * Backend URLs:
  *   "sqlite:"            a fresh database file in a fresh temporary directory per vector;
  *   "sqlite:DIR"         the same, with the temporary directories created inside DIR;
+ *   "redis:"             a private redis-server per vector (conf_redis.c), the store opened
+ *                        on it as "redis://127.0.0.1:PORT/0";
  *   "fault:MODE+URL"     the backend of URL wrapped by the deliberately broken wrapper
  *                        (conf_fault.c), which misbehaves in exactly one way, MODE.
  * Single-threaded: the suite drives the store through QIM_STORE_SYNC.
@@ -46,6 +48,11 @@ const char *conf_dep_backend_url(conf_dep *d);
 void conf_dep_close(conf_dep *d);
 /* Closes the store and opens it again on the same files (restart semantics). */
 int conf_dep_reopen(conf_dep *d, char *why, size_t why_cap);
+
+/* A private redis-server (conf_redis.c) for "redis:" URLs: started in `dir` on a free
+ * loopback port; 0, or -errno with `why` set. Stopped by its pid (SIGTERM, then SIGKILL). */
+int conf_redis_start(const char *dir, int *pid, int *port, char *why, size_t cap);
+void conf_redis_stop(int pid);
 
 /* ---- the deliberately broken backend (conf_fault.c) -------------------------------- */
 

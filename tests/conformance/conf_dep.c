@@ -4,6 +4,8 @@
  *
  *   "sqlite:" / "sqlite:DIR"   a fresh temporary directory (under DIR, else $TMPDIR or
  *                              /tmp) holding a fresh database file; removed on close;
+ *   "redis:" / "redis:DIR"     a private redis-server in a fresh temporary directory,
+ *                              stopped by its pid and removed on close;
  *   "fault:MODE+URL"           URL's dependency, its store wrapped by conf_fault.c.
  * Any failure to create or open one is StorageConformanceError::IsolatedDependencyUnavailable
  * (raised): the suite reports it, it never skips.
@@ -25,6 +27,7 @@ struct conf_dep {
   char *backend_url;   /* what qim_store_open gets */
   qim_store_options opt;
   int fault;           /* conf_fault_mode, or -1 for none */
+  int redis_pid;       /* the private redis-server, or 0 */
   qim_store *store;
 };
 
@@ -52,7 +55,8 @@ static int open_store(conf_dep *d, char *why, size_t cap) {
   return 0;
 }
 
-static int make_sqlite(conf_dep *d, const char *spec, char *why, size_t cap) {
+/* A fresh temporary directory under `spec` (else $TMPDIR, else /tmp). */
+static int make_dir(conf_dep *d, const char *spec, char *why, size_t cap) {
   const char *base = *spec ? spec : getenv("TMPDIR");
   if (!base || !*base) base = "/tmp";
   if (asprintf(&d->dir, "%s/qim-conf-XXXXXX", base) < 0) abort();
@@ -62,7 +66,21 @@ static int make_sqlite(conf_dep *d, const char *spec, char *why, size_t cap) {
     d->dir = NULL;
     return unavailable(why, cap, "mkdtemp in %s: %s", base, strerror(e));
   }
-  if (asprintf(&d->backend_url, "sqlite:%s/store.db", d->dir) < 0) abort();
+  return 0;
+}
+
+static int make_sqlite(conf_dep *d, const char *spec, char *why, size_t cap) {
+  int rc = make_dir(d, spec, why, cap);
+  if (!rc && asprintf(&d->backend_url, "sqlite:%s/store.db", d->dir) < 0) abort();
+  return rc;
+}
+
+static int make_redis(conf_dep *d, const char *spec, char *why, size_t cap) {
+  int port, rc = make_dir(d, spec, why, cap);
+  if (rc) return rc;
+  if (conf_redis_start(d->dir, &d->redis_pid, &port, why, cap))
+    return qim_err_raise(QIM_E_CONFORMANCE_ISOLATED_DEPENDENCY_UNAVAILABLE); /* `why` is set */
+  if (asprintf(&d->backend_url, "redis://127.0.0.1:%d/0", port) < 0) abort();
   return 0;
 }
 
@@ -90,6 +108,8 @@ int conf_dep_open(const char *url, const qim_store_options *opt, conf_dep **out,
   int rc;
   if (!strncmp(url, "sqlite:", 7))
     rc = make_sqlite(d, url + 7, why, cap);
+  else if (!strncmp(url, "redis:", 6))
+    rc = make_redis(d, url + 6, why, cap);
   else
     rc = unavailable(why, cap, "no isolated dependency known for \"%s\"", url);
   if (!rc) rc = open_store(d, why, cap);
@@ -113,6 +133,7 @@ int conf_dep_reopen(conf_dep *d, char *why, size_t cap) {
 void conf_dep_close(conf_dep *d) {
   if (!d) return;
   qim_store_close(d->store);
+  conf_redis_stop(d->redis_pid);
   if (d->dir) rmtree(d->dir);
   free(d->dir);
   free(d->backend_url);

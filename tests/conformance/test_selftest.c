@@ -118,8 +118,27 @@ static void test_database_path_that_is_not_a_directory_is_unavailable(void **sta
 
 static void test_unknown_backend_is_isolated_dependency_unavailable(void **state) {
   (void)state;
-  expect_unavailable("redis://127.0.0.1:1/0");
+  expect_unavailable("redis://127.0.0.1:1/0"); /* a shared server is not an isolated one */
   expect_unavailable("scylla:");
+}
+
+/* "redis:" starts a private redis-server per vector; with no Redis backend in qim_store_open
+ * yet, the dependency is there but the store cannot be created on it: reported, not skipped. */
+static void test_private_redis_without_backend_is_unavailable(void **state) {
+  (void)state;
+  char file[4200], *log = NULL;
+  size_t len;
+  conf_report rep = {0};
+  rep.log = open_memstream(&log, &len);
+  snprintf(file, sizeof file, "%s/pass/second.json", dir);
+  int rc = conf_run_vector_file("redis:", file, &rep);
+  fclose(rep.log);
+  printf("%s", log);
+  assert_int_equal(rc, QIM_E_CONFORMANCE_ISOLATED_DEPENDENCY_UNAVAILABLE);
+  assert_int_equal(rep.unavailable, 1);
+  /* Either the private server answered and the store refused it, or redis-server is absent. */
+  assert_true(strstr(log, "qim_store_open(\"redis://127.0.0.1:") || strstr(log, "redis-server"));
+  free(log);
 }
 
 static void test_unknown_fault_mode_is_isolated_dependency_unavailable(void **state) {
@@ -138,6 +157,7 @@ int main(void) {
       cmocka_unit_test(test_unusable_directory_is_isolated_dependency_unavailable),
       cmocka_unit_test(test_database_path_that_is_not_a_directory_is_unavailable),
       cmocka_unit_test(test_unknown_backend_is_isolated_dependency_unavailable),
+      cmocka_unit_test(test_private_redis_without_backend_is_unavailable),
       cmocka_unit_test(test_unknown_fault_mode_is_isolated_dependency_unavailable),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
