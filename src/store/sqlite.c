@@ -34,6 +34,7 @@
 /* An idle writer truncates the WAL after this long, so overwritten (deleted) content
  * does not linger in old WAL frames (DESIGN.md §1 rule 7). */
 #define IDLE_CHECKPOINT_MS 1000
+#define IDLE_CHECKPOINT_WAIT_MS 50
 #define BUSY_TIMEOUT_MS 2000
 
 static const sq_op *const ops[SQ_OP_COUNT] = {
@@ -480,10 +481,16 @@ static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames) {
   return SQLITE_OK;
 }
 
-static void idle_checkpoint(sq_store *st) {
+/* True when the WAL was emptied. */
+static bool idle_checkpoint(sq_store *st) {
+  /* TRUNCATE waits for readers through the busy handler; a long read must not hold up the
+   * writer: give up quickly (SQLITE_BUSY) and try again at the next pause. */
+  sqlite3_busy_timeout(st->wconn.db, IDLE_CHECKPOINT_WAIT_MS);
   int rc = sqlite3_wal_checkpoint_v2(st->wconn.db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+  sqlite3_busy_timeout(st->wconn.db, BUSY_TIMEOUT_MS);
   if (rc != SQLITE_OK && rc != SQLITE_BUSY)
     QIM_LOGW(NULL, "store.sqlite.checkpoint", "rc=%d msg=\"%s\"", rc, sqlite3_errmsg(st->wconn.db));
+  return rc == SQLITE_OK;
 }
 
 static void *writer_main(void *arg) {
@@ -498,8 +505,7 @@ static void *writer_main(void *arg) {
       writer_batch(st, list, n);
       dirty = true;
     } else if (timed_out) {
-      idle_checkpoint(st);
-      dirty = false;
+      dirty = !idle_checkpoint(st); /* busy readers: try again at the next pause */
     } else {
       break; /* closing and drained */
     }
