@@ -350,6 +350,121 @@ static void test_wipe_body_erases_history_and_intent(void **state) {
   qim_commit_intent_free(&p);
 }
 
+static void test_reserve_with_zero_cmid_is_invalid(void **state) {
+  env *e = *state;
+  fx_create_group(e->s, 1, 1);
+  qim_commit_intent p = fx_proposal(1, 1, 1, "x");
+  memset(p.key.client_message_id.b, 0, 16);
+  qim_store_intent_reserve_req r = {0};
+  r.proposal = &p;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r),
+                   QIM_E_MESSAGE_STORE_INVALID_CLIENT_MESSAGE_ID);
+  qim_commit_intent_free(&p);
+}
+
+/* ---- mailboxes --------------------------------------------------------------------------- */
+
+typedef struct mbatch {
+  qim_mailbox_entry entries[4];
+  uint32_t chunks[4];
+  qim_append_mailbox_batch b;
+  qim_store_mailbox_append_req r;
+} mbatch;
+
+/* `n` entries (ordinals 0..n-1) for user 1 at (epoch, offset), as chunk `chunk` of a
+ * dispatch whose progress then lists chunks 0..chunk (or only `chunk` when !prefix). */
+static void mbatch_init(mbatch *m, qim_shard_epoch epoch, uint64_t offset, int n, uint32_t chunk,
+                        bool prefix, qim_shard_epoch owner_epoch) {
+  memset(m, 0, sizeof *m);
+  qim_shard_config cfg = fx_options().shards;
+  qim_append_mailbox_batch *b = &m->b;
+  b->shard = qim_shard_of_user(&cfg, fx_tenant(), fx_user(1));
+  b->lane = qim_lane_of_user(&cfg, fx_tenant(), fx_user(1));
+  b->dispatch_id.b[0] = 0xD1;
+  b->dispatch_id.b[15] = (uint8_t)offset;
+  b->chunk_id = chunk;
+  b->mailbox_seq = qim_mailbox_seq_make(epoch, offset);
+  for (int i = 0; i < n; i++) {
+    qim_mailbox_entry *en = &m->entries[i];
+    en->tenant_id = fx_tenant();
+    en->user_id = fx_user(1);
+    en->mailbox_seq = b->mailbox_seq;
+    en->event_ordinal = (uint8_t)i;
+    en->event_id = qim_event_id_make(b->mailbox_seq, (uint8_t)i);
+    en->event_type = i ? QIM_EVENT_TYPE_MENTION : QIM_EVENT_TYPE_MESSAGE;
+    en->coordinates.conversation_id = fx_conv(1);
+    en->coordinates.message_id.b[15] = (uint8_t)offset;
+  }
+  b->entries = m->entries;
+  b->entry_count = (size_t)n;
+  size_t k = 0;
+  for (uint32_t c = prefix ? 0 : chunk; c <= chunk; c++) m->chunks[k++] = c;
+  b->progress = (qim_dispatch_progress){b->dispatch_id, b->shard, b->lane, m->chunks, k, false, 0};
+  m->r.batch = b;
+  m->r.owner_epoch = owner_epoch;
+}
+
+static void test_mailbox_append_is_fenced_idempotent_and_checks_progress(void **state) {
+  env *e = *state;
+  mbatch m;
+  mbatch_init(&m, 0, 1, 1, 0, true, 0);
+  qim_store_shard_takeover_req t = {0};
+  t.shard = m.b.shard;
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.shard_takeover, &t), 0);
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), QIM_E_MATERIALIZE_SHARD_NOT_OWNED);
+  mbatch_init(&m, 1, 5, 1, 0, true, 1);
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+  assert_int_equal(m.r.out.mailbox_seq, qim_mailbox_seq_make(1, 5));
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0); /* replay */
+  assert_int_equal(m.r.out.mailbox_seq, qim_mailbox_seq_make(1, 5));
+  /* chunk 1 of the same dispatch whose progress forgets chunk 0: going backwards */
+  mbatch_init(&m, 1, 5, 1, 1, false, 1);
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r),
+                   QIM_E_MATERIALIZE_PROGRESS_CONFLICT);
+  mbatch_init(&m, 1, 5, 1, 1, true, 1);
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+
+  qim_store_progress_get_req pg = {0};
+  pg.dispatch_id = m.b.dispatch_id;
+  pg.lane = m.b.lane;
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.progress_get, &pg), 0);
+  assert_true(pg.out_found);
+  assert_int_equal(pg.out.completed_chunk_count, 2);
+  qim_free(pg.out.completed_chunks);
+}
+
+static int range(qim_store *s, uint32_t max_items, qim_store_mailbox_range_req *r) {
+  memset(r, 0, sizeof *r);
+  r->query = (qim_mailbox_range_query){fx_tenant(), fx_user(1), 0, UINT64_MAX, max_items, 0};
+  return QIM_STORE_SYNC(s, mailboxes.range, r);
+}
+
+static void range_free(qim_store_mailbox_range_req *r) {
+  for (size_t i = 0; i < r->out_count; i++) qim_mailbox_entry_free(&r->out_entries[i]);
+  qim_free(r->out_entries);
+}
+
+static void test_mailbox_range_keeps_event_groups_whole(void **state) {
+  env *e = *state;
+  mbatch m;
+  mbatch_init(&m, 0, 1, 3, 0, true, 0); /* a group of 3 at seq (0, 1) */
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+  mbatch_init(&m, 0, 2, 2, 0, true, 0); /* a group of 2 at seq (0, 2) */
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+  qim_store_mailbox_range_req r;
+  assert_int_equal(range(e->s, 4, &r), 0);
+  assert_int_equal(r.out_count, 3); /* the second group would be split: next page */
+  assert_true(r.out_has_more);
+  range_free(&r);
+  assert_int_equal(range(e->s, 5, &r), 0);
+  assert_int_equal(r.out_count, 5);
+  assert_false(r.out_has_more);
+  assert_int_equal(r.out_entries[4].event_ordinal, 1);
+  range_free(&r);
+  assert_int_equal(range(e->s, 2, &r), QIM_E_MAILBOX_GROUP_TOO_LARGE);
+  assert_null(r.out_entries);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_log_offsets_dense_from_one_and_keys_idempotent, setup,
@@ -363,6 +478,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_outboxed_requires_predecessors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_membership_versions_read_exactly, setup, teardown),
       cmocka_unit_test_setup_teardown(test_wipe_body_erases_history_and_intent, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reserve_with_zero_cmid_is_invalid, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mailbox_append_is_fenced_idempotent_and_checks_progress,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mailbox_range_keeps_event_groups_whole, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
