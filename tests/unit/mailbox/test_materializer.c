@@ -206,6 +206,256 @@ static void test_pull_stops_at_a_paused_lanes_watermark(void **state) {
   fx_pulled_free(&p);
 }
 
+/* ---- push ---------------------------------------------------------------------------------------- */
+
+typedef struct sink_has { fx_sink *sink; size_t want; } sink_has;
+static bool sink_reached(void *ctx) {
+  sink_has *h = ctx;
+  return fx_sink_entries(h->sink) >= h->want;
+}
+
+static void test_no_push_is_emitted_before_the_durability_receipt(void **state) {
+  world *w = *state;
+  fx_sink sink = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  assert_int_equal(qim_mailbox_push_register(w->m, 41, fx_sink_fn, &sink), 0);
+  fx_acquire_all(w->m);
+  assert_int_equal(qim_mailbox_drain(w->m, 10000), 0);
+  qim_user_id u = fx_user_on(0, 0, 0);
+  qim_mailbox_route_add(w->m, fx_tenant(), u, 41);
+  fx_msg msg = text(20, u);
+  qim_mailbox_seq seq = fx_send(w->env->store, &msg, 0, &u, 1);
+  fx_gate_set(&w->env->gate, 1); /* the next durable commit waits in before_commit */
+  qim_mailbox_notify(w->m, 0);
+  fx_gate_wait_entered(&w->env->gate); /* the mailbox batch is written, not yet durable */
+  fx_sleep_ms(100);
+  assert_int_equal(fx_sink_entries(&sink), 0);
+  fx_gate_set(&w->env->gate, 0);
+  sink_has h = {&sink, 1};
+  assert_true(fx_eventually(sink_reached, &h));
+  assert_int_equal(sink.n, 1);
+  qim_push_batch *b = sink.batches[0];
+  assert_int_equal(b->connection_shard, 41);
+  assert_int_equal(b->entry_count, 1);
+  assert_int_equal(b->entries[0].mailbox_seq, seq);
+  assert_int_equal(b->trace_id.b[15], 20); /* the dispatch's TraceId */
+  assert_true(b->entries[0].body_included);
+  qim_mailbox_push_unregister(w->m, 41);
+  fx_sink_clear(&sink);
+}
+
+static void test_push_routes_are_counted_per_session_and_connection_shard(void **state) {
+  world *w = *state;
+  fx_sink s1 = {.mu = PTHREAD_MUTEX_INITIALIZER}, s2 = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  assert_int_equal(qim_mailbox_push_register(w->m, 1, fx_sink_fn, &s1), 0);
+  assert_int_equal(qim_mailbox_push_register(w->m, 2, fx_sink_fn, &s2), 0);
+  assert_int_equal(qim_mailbox_push_register(w->m, 2, fx_sink_fn, &s2), -EEXIST);
+  fx_acquire_all(w->m);
+  qim_user_id u = fx_user_on(2, 0, 0), v = fx_user_on(2, 0, 1), off = fx_user_on(2, 1, 0);
+  qim_user_id r[] = {u, v, off};
+  qim_mailbox_route_add(w->m, fx_tenant(), u, 1);
+  qim_mailbox_route_add(w->m, fx_tenant(), u, 1); /* a second session on the same shard */
+  qim_mailbox_route_add(w->m, fx_tenant(), u, 2);
+  qim_mailbox_route_add(w->m, fx_tenant(), v, 2);
+  fx_msg m1 = text(30, off);
+  fx_send(w->env->store, &m1, 2, r, 3);
+  assert_int_equal(qim_mailbox_drain(w->m, 10000), 0);
+  assert_int_equal(s1.n, 1);
+  assert_int_equal(s1.batches[0]->entry_count, 1);
+  assert_true(qim_u128_eq(s1.batches[0]->entries[0].user_id.v, u.v));
+  assert_int_equal(s2.n, 1); /* u and v share lane 0: one batch for the dispatch */
+  assert_int_equal(s2.batches[0]->entry_count, 2);
+  /* one session of u on shard 1 leaves: still routed; the second leaves: gone */
+  assert_int_equal(qim_mailbox_route_remove(w->m, fx_tenant(), u, 1), 0);
+  fx_msg m2 = text(31, off);
+  fx_send(w->env->store, &m2, 2, r, 3);
+  assert_int_equal(qim_mailbox_drain(w->m, 10000), 0);
+  assert_int_equal(s1.n, 2);
+  assert_int_equal(qim_mailbox_route_remove(w->m, fx_tenant(), u, 1), 0);
+  assert_int_equal(qim_mailbox_route_remove(w->m, fx_tenant(), u, 1), -ENOENT);
+  qim_mailbox_push_unregister(w->m, 2); /* v's and u's batches for shard 2 are dropped now */
+  fx_msg m3 = text(32, off);
+  fx_send(w->env->store, &m3, 2, r, 3);
+  assert_int_equal(qim_mailbox_drain(w->m, 10000), 0);
+  assert_int_equal(s1.n, 2);
+  assert_int_equal(s2.n, 2);
+  fx_pulled p = fx_pull_all(w->m, v, 0, 100); /* the mailbox has everything regardless */
+  assert_int_equal(p.n, 3);
+  fx_pulled_free(&p);
+  qim_mailbox_push_unregister(w->m, 1);
+  fx_sink_clear(&s1), fx_sink_clear(&s2);
+}
+
+static void test_paused_stages_hold_materialization_and_pushes(void **state) {
+  world *w = *state;
+  fx_sink sink = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  qim_mailbox_push_register(w->m, 5, fx_sink_fn, &sink);
+  fx_acquire_all(w->m);
+  qim_user_id u = fx_user_on(1, 0, 0);
+  qim_mailbox_route_add(w->m, fx_tenant(), u, 5);
+  qim_mailbox_pause(w->m, QIM_MAILBOX_STAGE_MATERIALIZE);
+  fx_msg m1 = text(40, u);
+  qim_mailbox_seq s1 = fx_send(w->env->store, &m1, 1, &u, 1);
+  qim_mailbox_notify(w->m, 1);
+  fx_sleep_ms(100);
+  fx_pulled p = fx_pull_all(w->m, u, 0, 100);
+  assert_int_equal(p.n, 0);
+  fx_pulled_free(&p);
+  assert_int_equal(fx_sink_entries(&sink), 0);
+  /* materialization resumes but pushes are held */
+  qim_mailbox_pause(w->m, QIM_MAILBOX_STAGE_PUSH);
+  qim_mailbox_resume(w->m, QIM_MAILBOX_STAGE_MATERIALIZE);
+  qim_mailbox_lane_status st;
+  do {
+    fx_sleep_ms(5);
+    qim_mailbox_lane_status_get(w->m, 1, 0, &st);
+  } while (st.watermark.materialized < s1);
+  fx_sleep_ms(50);
+  assert_int_equal(fx_sink_entries(&sink), 0);
+  p = fx_pull_all(w->m, u, 0, 100);
+  assert_int_equal(p.n, 1);
+  fx_pulled_free(&p);
+  qim_mailbox_resume(w->m, QIM_MAILBOX_STAGE_PUSH);
+  sink_has h = {&sink, 1};
+  assert_true(fx_eventually(sink_reached, &h));
+  assert_int_equal(sink.batches[0]->entries[0].mailbox_seq, s1);
+  qim_mailbox_push_unregister(w->m, 5);
+  fx_sink_clear(&sink);
+}
+
+/* ---- lane errors ----------------------------------------------------------------------------------- */
+
+typedef struct lane_in { qim_mailbox *m; qim_mailbox_shard_id shard; qim_lane_id lane; int state; } lane_in;
+static bool lane_reached(void *ctx) {
+  lane_in *x = ctx;
+  qim_mailbox_lane_status st;
+  qim_mailbox_lane_status_get(x->m, x->shard, x->lane, &st);
+  return (int)st.state == x->state;
+}
+
+static void expect_halted(qim_mailbox *m, qim_mailbox_shard_id shard, int error) {
+  for (qim_lane_id l = 0; l < FX_LANES; l++) {
+    lane_in x = {m, shard, l, QIM_MAILBOX_LANE_HALTED};
+    assert_true(fx_eventually(lane_reached, &x));
+    qim_mailbox_lane_status st;
+    qim_mailbox_lane_status_get(m, shard, l, &st);
+    assert_int_equal(st.last_error, error);
+  }
+}
+
+/* Undecodable, another shard's, and a version-1 record without its sender: each halts both
+ * lanes of its shard on that record (never skipped); repairing the record (redaction keeps the
+ * position) and acquiring again resumes. */
+static void test_a_corrupt_dispatch_halts_its_lanes_until_repaired(void **state) {
+  world *w = *state;
+  fx_acquire_all(w->m);
+  qim_user_id u[FX_SHARDS];
+  qim_mailbox_seq bad[FX_SHARDS];
+  for (qim_mailbox_shard_id s = 0; s < FX_SHARDS; s++) {
+    u[s] = fx_user_on(s, 0, 0);
+    fx_msg ok = text(50 + s, u[s]);
+    fx_send(w->env->store, &ok, s, &u[s], 1);
+    uint8_t key[16] = {0xBA, (uint8_t)s};
+    fx_msg other = text(60 + s, u[s]);
+    qim_group_dispatch d = fx_dispatch(&other, s, &u[s], 1);
+    qim_bytes payload = {(uint8_t *)qim_strdup("not a dispatch"), 14};
+    if (s == 1) { /* addressed to another shard */
+      d.target_shard = 2;
+      d.dispatch_id = qim_dispatch_id_make(&d.source_message.message_id, 2);
+    }
+    if (s == 2) d.sender_id = (qim_user_id){{0, 0}}; /* what a version-1 record decodes to */
+    if (s != 0) {
+      qim_bytes_free(&payload);
+      assert_int_equal(qim_group_dispatch_encode(&d, &payload), 0);
+    }
+    bad[s] = fx_append_raw(w->env->store, s, key, &payload);
+    qim_bytes_free(&payload);
+    qim_group_dispatch_free(&d);
+    fx_msg after = text(70 + s, u[s]);
+    fx_send(w->env->store, &after, s, &u[s], 1);
+    qim_mailbox_notify(w->m, s);
+  }
+  for (qim_mailbox_shard_id s = 0; s < FX_SHARDS; s++) {
+    expect_halted(w->m, s, QIM_E_MATERIALIZE_DISPATCH_CORRUPT);
+    qim_mailbox_lane_status st;
+    qim_mailbox_lane_status_get(w->m, s, 0, &st);
+    assert_int_equal(st.next_offset, qim_mailbox_seq_offset(bad[s])); /* stuck on it */
+    fx_pulled p = fx_pull_all(w->m, u[s], 0, 100);
+    assert_int_equal(p.n, 1);
+    fx_pulled_free(&p);
+  }
+  /* repair shard 0's record and take the shard again */
+  fx_msg fixed = text(80, u[0]);
+  qim_group_dispatch d = fx_dispatch(&fixed, 0, &u[0], 1);
+  qim_store_log_redact_req rr = {0};
+  rr.position = (qim_log_position){{QIM_LOG_STREAM_MAILBOX_DISPATCH, 0}, qim_mailbox_seq_offset(bad[0])};
+  assert_int_equal(qim_group_dispatch_encode(&d, &rr.payload), 0);
+  assert_int_equal(QIM_STORE_SYNC(w->env->store, logs.redact, &rr), 0);
+  qim_bytes_free(&rr.payload);
+  qim_group_dispatch_free(&d);
+  assert_int_equal(qim_mailbox_shard_acquire_sync(w->m, 0, NULL), 0);
+  assert_int_equal(qim_mailbox_drain(w->m, 10000), 0);
+  fx_pulled p = fx_pull_all(w->m, u[0], 0, 100);
+  assert_int_equal(p.n, 3);
+  assert_int_equal(p.e[1].mailbox_seq, bad[0]); /* the repaired record keeps its seq */
+  fx_pulled_free(&p);
+}
+
+/* The same dispatch at a second log position would give its recipients a second seq: the lane
+ * stops with ProgressConflict instead. */
+static void test_a_dispatch_seen_again_at_another_position_is_a_progress_conflict(void **state) {
+  world *w = *state;
+  fx_acquire_all(w->m);
+  qim_user_id u = fx_user_on(1, 0, 0), v = fx_user_on(1, 1, 0);
+  qim_user_id r[] = {u, v};
+  fx_msg msg = text(90, u);
+  qim_group_dispatch d = fx_dispatch(&msg, 1, r, 2);
+  qim_mailbox_seq first = fx_append(w->env->store, &d);
+  assert_int_equal(qim_mailbox_drain(w->m, 10000), 0);
+  qim_bytes payload;
+  assert_int_equal(qim_group_dispatch_encode(&d, &payload), 0);
+  uint8_t other_key[16] = {0xDD};
+  fx_append_raw(w->env->store, 1, other_key, &payload);
+  qim_bytes_free(&payload);
+  qim_group_dispatch_free(&d);
+  qim_mailbox_notify(w->m, 1);
+  expect_halted(w->m, 1, QIM_E_MATERIALIZE_PROGRESS_CONFLICT);
+  fx_pulled p = fx_pull_all(w->m, v, 0, 100);
+  assert_int_equal(p.n, 1); /* still exactly once, at the first seq */
+  assert_int_equal(p.e[0].mailbox_seq, first);
+  fx_pulled_free(&p);
+}
+
+/* A store that refuses writes for a while: the lane reports Unavailable, backs off, and the
+ * entries land exactly once when the store is back. */
+static void test_store_failures_are_retried_and_reported_unavailable(void **state) {
+  world *w = *state;
+  fx_wrap *wrap = fx_wrap_new(w->env->store);
+  qim_mailbox_options o = fx_mb_options();
+  qim_mailbox *m = fx_mailbox(&wrap->base, &o);
+  fx_acquire_all(m);
+  qim_user_id u = fx_user_on(0, 1, 0), v = fx_user_on(0, 1, 1);
+  qim_user_id r[] = {u, v};
+  fx_wrap_set(wrap, FX_MB_APPEND, FX_REFUSE, 1, 3);
+  fx_msg msg = text(95, u);
+  msg.chunk_size = 1;
+  qim_mailbox_seq seq = fx_send(w->env->store, &msg, 0, r, 2);
+  qim_mailbox_notify(m, 0);
+  assert_int_equal(qim_mailbox_drain(m, 10000), 0);
+  qim_mailbox_lane_status st;
+  qim_mailbox_lane_status_get(m, 0, 1, &st);
+  assert_int_equal(st.last_error, QIM_E_MATERIALIZE_UNAVAILABLE);
+  assert_true(st.retries >= 1);
+  assert_int_equal(st.watermark.materialized, seq);
+  for (int i = 0; i < 2; i++) {
+    fx_pulled p = fx_pull_all(m, r[i], 0, 100);
+    assert_int_equal(p.n, 1);
+    assert_int_equal(p.e[0].mailbox_seq, seq);
+    fx_pulled_free(&p);
+  }
+  qim_mailbox_free(m);
+  fx_wrap_free(wrap);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_entries_carry_the_records_seq_in_every_lane, setup, teardown),
@@ -213,6 +463,13 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_membership_and_control_entries_reach_offline_members, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_stalled_lane_hides_its_users_entries_until_it_resumes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pull_stops_at_a_paused_lanes_watermark, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_no_push_is_emitted_before_the_durability_receipt, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_push_routes_are_counted_per_session_and_connection_shard, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_paused_stages_hold_materialization_and_pushes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_corrupt_dispatch_halts_its_lanes_until_repaired, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_dispatch_seen_again_at_another_position_is_a_progress_conflict, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_store_failures_are_retried_and_reported_unavailable, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
