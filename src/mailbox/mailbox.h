@@ -40,6 +40,8 @@ typedef struct qim_mailbox qim_mailbox;
 /* ---- configuration and lifetime -------------------------------------------------------------- */
 
 #define QIM_MAILBOX_CURSOR_KEY_SIZE 32
+#define QIM_MAILBOX_KEEP_ALL UINT32_MAX
+#define QIM_MAILBOX_KEEP_FOREVER UINT64_MAX
 
 typedef struct qim_mailbox_options {
   qim_shard_config shards;          /* MUST equal the store's (fixed at creation) */
@@ -53,9 +55,11 @@ typedef struct qim_mailbox_options {
   uint32_t idle_poll_ms;            /* a drained lane looks again after this (default 20) */
   uint32_t retry_ms;                /* first backoff after a transient failure (50; doubles to 5 s) */
   uint32_t not_ready_retry_ms;      /* retry_after_ms of LaneNotReady (default 100) */
-  uint32_t retain_count;            /* dispatch log records a lane keeps at least... at most this
-                                       many (0 = no count limit; default 1,000,000) */
-  uint64_t retain_age_ms;           /* ...and none older than this (0 = no age limit; 30 days) */
+  uint32_t retain_count;            /* a lane keeps at most this many dispatch-log records behind
+                                       its watermark (default 1,000,000; QIM_MAILBOX_KEEP_ALL: no
+                                       count limit) ... */
+  uint64_t retain_age_ms;           /* ... and none created longer ago than this (default 30 days;
+                                       QIM_MAILBOX_KEEP_FOREVER: no age limit) */
   uint32_t retention_interval_ms;   /* how often a lane trims (default 60,000) */
   uint32_t pull_default_items;      /* max_items 0 means this (default 256) */
   uint32_t pull_max_items;          /* max_items above this are clamped (default 1000) */

@@ -41,12 +41,12 @@ typedef struct scan {
 /* May record r go? */
 static bool expendable(const scan *sc, const qim_store_log_record *r) {
   const qim_mailbox_options *o = &sc->l->sh->m->opt;
-  if (o->retain_count && sc->stop_offset - r->offset >= o->retain_count) return true;
-  if (!o->retain_age_ms) return false;
+  if (o->retain_count != QIM_MAILBOX_KEEP_ALL && sc->stop_offset - r->offset >= o->retain_count) return true;
+  if (o->retain_age_ms == QIM_MAILBOX_KEEP_FOREVER) return false;
   if (r->fence) return true; /* no age of its own; the next dispatch decides where we stop */
   qim_group_dispatch d;
   if (qim_group_dispatch_decode(r->payload.p, r->payload.n, &d)) return true; /* never materialized */
-  bool old = d.created_at + o->retain_age_ms < sc->now_ms;
+  bool old = sc->now_ms > d.created_at && sc->now_ms - d.created_at > o->retain_age_ms;
   qim_group_dispatch_free(&d);
   return old;
 }
@@ -106,7 +106,7 @@ static void trim_log(mb_lane *l, mb_worker *w) {
 
 int qim__mb_retention_pass(mb_lane *l, mb_worker *w) {
   qim_mailbox *m = l->sh->m;
-  if (!m->opt.retain_count && !m->opt.retain_age_ms) return 0;
+  if (m->opt.retain_count == QIM_MAILBOX_KEEP_ALL && m->opt.retain_age_ms == QIM_MAILBOX_KEEP_FOREVER) return 0;
   if (l->wm.materialized == 0) return 0;
   scan sc = {.l = l, .w = w, .stop_offset = qim_mailbox_seq_offset(l->wm.materialized),
              .now_ms = qim_clock_wall_ms(m->clock)};
