@@ -2,11 +2,15 @@
 #   make run     install Debian packages if missing, build, start qimd on 127.0.0.1:6060 (data in ./var)
 #   make test    install, build with gcc and run every test; then the clang ASan+UBSan build, same tests
 #   make build   gcc build only (./build)         make san   clang sanitizer build only (./build-san)
+#   make bench-store   the storage benchmark (durable message commits/s, group commit vs one
+#                message at a time); BENCH_DIR must be on a real disk (default /tmp), never tmpfs
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean
+.PHONY: deps build san run test test-gcc test-san clean bench-store
+BENCH_DIR ?= /tmp
+BENCH_SECONDS ?= 3
 
 deps:
 	@./scripts/deps.sh
@@ -32,6 +36,9 @@ test-san: san
 	cd build-san && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS)
 
 test: test-gcc test-san
+
+bench-store: build
+	./build/bench/qim-bench-store $(BENCH_DIR) $(BENCH_SECONDS)
 
 clean:
 	rm -rf build build-san
