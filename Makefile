@@ -4,13 +4,16 @@
 #   make build   gcc build only (./build)         make san   clang sanitizer build only (./build-san)
 #   make bench-store   the storage benchmark (durable message commits/s, group commit vs one
 #                message at a time); BENCH_DIR must be on a real disk (default /tmp), never tmpfs
+#   make bench-fanout  the materialization benchmark (mailbox entries/s for a 1,000-member group,
+#                BENCH_MESSAGES messages per layout, default 200); BENCH_DIR as above
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean bench-store
+.PHONY: deps build san run test test-gcc test-san clean bench-store bench-fanout
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
+BENCH_MESSAGES ?= 200
 
 deps:
 	@./scripts/deps.sh
@@ -39,6 +42,9 @@ test: test-gcc test-san
 
 bench-store: build
 	./build/bench/qim-bench-store $(BENCH_DIR) $(BENCH_SECONDS)
+
+bench-fanout: build
+	./build/bench/qim-bench-fanout $(BENCH_DIR) $(BENCH_MESSAGES)
 
 clean:
 	rm -rf build build-san

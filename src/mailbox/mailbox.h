@@ -50,8 +50,10 @@ typedef struct qim_mailbox_options {
   const qim_clock *clock;           /* NULL = system clock; wall time for retention and
                                        completed_at, monotonic time for scheduling */
   uint32_t workers;                 /* worker threads (default 2) */
-  uint32_t read_batch;              /* dispatch records read per lane step (default 64) */
-  uint32_t step_entries;            /* entries one lane step writes before it waits (8192) */
+  uint32_t read_batch;              /* dispatch records read per lane step (default 256) */
+  uint32_t step_entries;            /* entries one lane step plans before it writes (32768):
+                                       bigger waves amortize the index pages every batch of a
+                                       large group touches (bench/fanout.c) */
   uint32_t idle_poll_ms;            /* a drained lane looks again after this (default 20) */
   uint32_t retry_ms;                /* first backoff after a transient failure (50; doubles to 5 s) */
   uint32_t not_ready_retry_ms;      /* retry_after_ms of LaneNotReady (default 100) */
@@ -104,8 +106,8 @@ typedef struct qim_mailbox_acquire_op {
  * Acquiring a shard this node already owns restarts its lanes under a new epoch (the way to
  * resume a lane halted on a record that has since been repaired).
  * Synchronous: -EINVAL (shard out of range), -EALREADY (a takeover of it is in progress).
- * Asynchronous status: MATERIALIZE_UNAVAILABLE (the store failed), -EOVERFLOW (the epoch is
- * exhausted: a documented migration re-creates the shard).
+ * Asynchronous status: MATERIALIZE_UNAVAILABLE (the store failed, or the shard's epoch is
+ * exhausted at 65535: a documented migration re-creates the shard).
  */
 int qim_mailbox_shard_acquire(qim_mailbox *m, qim_mailbox_acquire_op *op);
 int qim_mailbox_shard_acquire_sync(qim_mailbox *m, qim_mailbox_shard_id shard, qim_shard_takeover *out);

@@ -120,7 +120,7 @@ static int acquire_run(mb_task *t, mb_worker *w) {
              (unsigned long long)sh->fence_offset, (unsigned long long)sh->replay_from.offset);
   } else {
     QIM_LOGE(NULL, "mailbox.shard_acquire_failed", "shard=%u error=%s", sh->id, qim_err_name(rc));
-    if (rc != -EOVERFLOW) rc = qim_err_raise(QIM_E_MATERIALIZE_UNAVAILABLE);
+    rc = qim_err_raise(QIM_E_MATERIALIZE_UNAVAILABLE);
   }
   qim_free(wms);
   atomic_store(&sh->acquiring, false);
