@@ -48,14 +48,19 @@ static double now_s(void) {
 static qim_tenant_id tenant(void) { return (qim_tenant_id){{0xBE, 1}}; }
 static qim_user_id member(uint64_t i) { return (qim_user_id){{0xBE00000000000002ull, 1000 + i}}; }
 
+static void remove_db(const char *dir, const char *name) {
+  static const char *const suffixes[] = {"", "-wal", "-shm"};
+  for (int i = 0; i < 3; i++) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s/%s%s", dir, name, suffixes[i]);
+    unlink(p);
+  }
+}
+
 static qim_store *open_store(const char *dir, const char *name, qim_shard_config shards) {
   char path[1024], url[1100];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  for (const char *sfx = ""; sfx; sfx = *sfx ? NULL : "-wal") { /* a fresh file each run */
-    char p[1100];
-    snprintf(p, sizeof p, "%s%s", path, sfx);
-    unlink(p);
-  }
+  remove_db(dir, name); /* a fresh file each run */
   snprintf(url, sizeof url, "sqlite:%s", path);
   qim_store_options o = {.shards = shards};
   qim_store *s = NULL;
@@ -347,6 +352,7 @@ int main(int argc, char **argv) {
     result r = run_mailbox(st, &l, messages);
     print(names[i], &r);
     qim_store_close(st);
+    remove_db(dir, file);
     worst = i == 0 || r.entries_per_s < worst ? r.entries_per_s : worst;
     snprintf(file, sizeof file, "qim-bench-fanout-raw-%d.db", i);
     st = open_store(dir, file, l.shards);
@@ -354,6 +360,7 @@ int main(int argc, char **argv) {
     print("    baseline: the same batches, raw store", &raw);
     printf("    materializer / raw store: %.2f\n", r.entries_per_s / raw.entries_per_s);
     qim_store_close(st);
+    remove_db(dir, file);
     for (uint32_t s = 0; s < l.shards.shard_count; s++) qim_free(l.of[s]);
   }
   printf("  target >= %.0f entries/s: %s (slowest layout %.0f)\n", TARGET, worst >= TARGET ? "met" : "NOT met", worst);
