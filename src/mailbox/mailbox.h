@@ -78,7 +78,9 @@ typedef struct qim_mailbox_options {
 int qim_mailbox_new(qim_store *store, const qim_mailbox_options *opt, qim_mailbox **out);
 
 /* Blocking. Stops every lane after its current step, joins the workers and frees everything.
- * Operations still in flight must have completed; sinks are not called afterwards. NULL ok. */
+ * A takeover still queued completes with -ESHUTDOWN (its queue must still be drained by its
+ * owner); pulls and cursor opens in flight must have completed. Sinks are not called
+ * afterwards. NULL ok. */
 void qim_mailbox_free(qim_mailbox *m);
 
 /* ---- shard ownership and readiness ------------------------------------------------------------ */

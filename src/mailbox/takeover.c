@@ -130,6 +130,16 @@ static int acquire_run(mb_task *t, mb_worker *w) {
   return -1;
 }
 
+/* The mailbox is being freed before the job ran. */
+static void acquire_cancel(mb_task *t) {
+  mb_job *job = (mb_job *)t;
+  qim_mailbox_acquire_op *op = job->op;
+  qim_free(job);
+  op->status = -ESHUTDOWN;
+  op->item_.run = post_done;
+  qim_cq_post(op->cq, &op->item_);
+}
+
 int qim_mailbox_shard_acquire(qim_mailbox *m, qim_mailbox_acquire_op *op) {
   mb_shard *sh = qim__mb_shard(m, op->shard);
   if (!sh || !op->cq || !op->done) return -EINVAL;
@@ -140,6 +150,7 @@ int qim_mailbox_shard_acquire(qim_mailbox *m, qim_mailbox_acquire_op *op) {
   mb_job *job = qim_calloc(1, sizeof *job);
   job->task.run = acquire_run;
   job->task.oneshot = true;
+  job->task.cancel = acquire_cancel;
   job->m = m;
   job->op = op;
   op->job_ = job;

@@ -257,6 +257,41 @@ static void test_each_takeover_appends_a_fence_with_the_next_epoch(void **state)
   drop(w, m);
 }
 
+static void count_done(qim_mailbox_acquire_op *op) { (*(int *)op->data)++; }
+
+static void *free_mailbox(void *m) {
+  qim_mailbox_free(m);
+  return NULL;
+}
+
+/* Freeing the mailbox completes a takeover that never got a worker with -ESHUTDOWN. */
+static void test_a_queued_takeover_completes_with_shutdown_when_the_mailbox_goes(void **state) {
+  world *w = *state;
+  qim_mailbox_options o = fx_mb_options();
+  o.workers = 1;
+  qim_mailbox *m = fx_mailbox(w->env->store, &o);
+  qim_cq *cq;
+  assert_int_equal(qim_cq_new_blocking(&cq), 0);
+  int done = 0;
+  qim_mailbox_acquire_op a = {.cq = cq, .done = count_done, .data = &done, .shard = 0};
+  qim_mailbox_acquire_op b = {.cq = cq, .done = count_done, .data = &done, .shard = 1};
+  fx_gate_set(&w->env->gate, 1);
+  assert_int_equal(qim_mailbox_shard_acquire(m, &a), 0);
+  fx_gate_wait_entered(&w->env->gate); /* the only worker waits in a's takeover */
+  assert_int_equal(qim_mailbox_shard_acquire(m, &b), 0);
+  assert_int_equal(qim_mailbox_shard_acquire(m, &b), -EALREADY); /* shard 1 is being taken */
+  pthread_t t;
+  pthread_create(&t, NULL, free_mailbox, m);
+  fx_sleep_ms(200); /* free has stopped the pool (it is joining the busy worker) */
+  fx_gate_set(&w->env->gate, 0);
+  pthread_join(t, NULL);
+  while (done < 2) qim_cq_wait(cq, 1000);
+  assert_int_equal(a.status, 0);
+  assert_int_equal(a.out.epoch, 1);
+  assert_int_equal(b.status, -ESHUTDOWN);
+  qim_cq_free(cq);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_a_new_owner_answers_lane_not_ready_until_it_has_replayed, setup, teardown),
@@ -265,6 +300,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_readiness_fails_when_the_log_was_trimmed_past_replay_from, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_each_takeover_appends_a_fence_with_the_next_epoch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_queued_takeover_completes_with_shutdown_when_the_mailbox_goes, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
