@@ -4,13 +4,17 @@
 #   make build   gcc build only (./build)         make san   clang sanitizer build only (./build-san)
 #   make bench-store   the storage benchmark (durable message commits/s, group commit vs one
 #                message at a time); BENCH_DIR must be on a real disk (default /tmp), never tmpfs
+#   make bench-commit  sends/s through the full commit on SQLite, concurrent senders, then with
+#                10% duplicate retries (bench/commit.c; BENCH_ARGS e.g. "--senders 16")
 #   make bench-fanout  the materialization benchmark (mailbox entries/s for a 1,000-member group,
 #                BENCH_MESSAGES messages per layout, default 200); BENCH_DIR as above
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
+# Sub-makes run by cmake --build need not announce every directory.
+MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean bench-store bench-fanout
+.PHONY: deps build san run test test-gcc test-san clean bench-store bench-commit bench-fanout
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
 BENCH_MESSAGES ?= 200
@@ -26,8 +30,8 @@ san: deps
 	@cmake -S . -B build-san -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DQIM_SANITIZE=ON >/dev/null
 	@cmake --build build-san -j $(JOBS)
 
+# qimd creates ./var itself; Ctrl-C (SIGINT) stops it cleanly with status 0.
 run: build
-	@mkdir -p var
 	./build/src/qimd --listen 127.0.0.1:6060 --data ./var
 
 test-gcc: build
@@ -38,10 +42,15 @@ test-san: san
 	@rm -rf build-san/errlog && mkdir -p build-san/errlog
 	cd build-san && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS)
 
-test: test-gcc test-san
+# Both builds always run, so one failure does not hide the other's results.
+test: deps
+	@status=0; $(MAKE) test-gcc || status=1; $(MAKE) test-san || status=1; exit $$status
 
 bench-store: build
 	./build/bench/qim-bench-store $(BENCH_DIR) $(BENCH_SECONDS)
+
+bench-commit: build
+	TMPDIR=$(BENCH_DIR) ./build/bench/qim-bench-commit $(BENCH_ARGS)
 
 bench-fanout: build
 	./build/bench/qim-bench-fanout $(BENCH_DIR) $(BENCH_MESSAGES)

@@ -50,6 +50,7 @@ typedef struct qim_commit_config {
   uint32_t recovery_page;        /* intents per listing (1024) */
   uint32_t retry_base_ms, retry_max_ms; /* backoff of a failing step: base·2^n capped (100, 30000) */
   bool verify_outbox;            /* read each publication back: envelope.record == intent.record (true) */
+  uint32_t outbox_pipeline;      /* OUTBOXED steps of one conversation in flight at once (32) */
 } qim_commit_config;
 
 void qim_commit_config_default(qim_commit_config *cfg);
@@ -103,6 +104,7 @@ typedef struct qim_commit_op {
  *   COMMIT_CLOCK_UNSAFE               the clock stepped back past the tolerance
  *   COMMIT_CLIENT_MESSAGE_ID_REUSED   the key is in flight here with other content (ctrl 409)
  *   -ESHUTDOWN                        the commit is closing
+ *   -EINVAL                           op has no cq or done
  * Asynchronous outcomes (result.status): 0 with the ACK after Committed;
  * COMMIT_PERMISSION_DENIED (not a current member / no W mode / unknown or deleted
  * conversation); COMMIT_INVALID_REFERENCE (reply_to seq missing or not visible to the
