@@ -260,6 +260,8 @@ typedef struct qim_mailbox_cursor_op {
   qim_mailbox *m_;                   /* private */
 } qim_mailbox_cursor_op;
 
+/* Fails synchronously (op->status set, done never runs) with LaneNotReady / ReadinessFailed,
+ * MAILBOX_UNAVAILABLE when the store refuses, -EINVAL without cq / done. */
 int qim_mailbox_cursor_open(qim_mailbox *m, qim_mailbox_cursor_op *op);
 int qim_mailbox_cursor_open_sync(qim_mailbox *m, const qim_authenticated_actor *actor,
                                  qim_mailbox_cursor_from from, qim_mailbox_cursor *out, qim_error *err);
@@ -287,7 +289,10 @@ int qim_mailbox_cursor_open_sync(qim_mailbox *m, const qim_authenticated_actor *
  *   MATERIALIZE_LANE_NOT_READY  {lane, retry_after_ms}: this node owns the shard and the lane is
  *                               still replaying after a takeover
  *   MATERIALIZE_READINESS_FAILED the lane's replay cannot complete here
- *   -EINVAL                     range.tenant_id/user_id are not the actor's
+ *   -EINVAL                     range.tenant_id/user_id are not the actor's, or no cq / done
+ * The checks that need no store (cursor, readiness, arguments) and a refused store submission
+ * fail synchronously: the call returns the error with op->status / op->error set, and `done`
+ * never runs. Everything else arrives in `done`.
  */
 typedef struct qim_mailbox_pull_op {
   qim_cq *cq;
