@@ -6,15 +6,18 @@
 #                message at a time); BENCH_DIR must be on a real disk (default /tmp), never tmpfs
 #   make bench-commit  sends/s through the full commit on SQLite, concurrent senders, then with
 #                10% duplicate retries (bench/commit.c; BENCH_ARGS e.g. "--senders 16")
+#   make bench-fanout  the materialization benchmark (mailbox entries/s for a 1,000-member group,
+#                BENCH_MESSAGES messages per layout, default 200); BENCH_DIR as above
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
 # Sub-makes run by cmake --build need not announce every directory.
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean bench-store bench-commit
+.PHONY: deps build san run test test-gcc test-san clean bench-store bench-commit bench-fanout
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
+BENCH_MESSAGES ?= 200
 
 deps:
 	@./scripts/deps.sh
@@ -48,6 +51,9 @@ bench-store: build
 
 bench-commit: build
 	TMPDIR=$(BENCH_DIR) ./build/bench/qim-bench-commit $(BENCH_ARGS)
+
+bench-fanout: build
+	./build/bench/qim-bench-fanout $(BENCH_DIR) $(BENCH_MESSAGES)
 
 clean:
 	rm -rf build build-san
