@@ -71,6 +71,7 @@ static void on_ctrl(qim_bench_client *c, const qim_tframe_msg *m) {
     char login[128], frame[2048];
     login_of(a, s->i, login, sizeof login);
     s->existed = true;
+    a->run.ctrl_codes[409]--; /* an existing account is counted as existed, not as an error */
     int n = qim_tframe_login_basic(frame, sizeof frame, "b", login, a->o->password);
     if (qim_bench_client_send(c, frame, n) != 0) step_done(s, false);
     return;

@@ -84,8 +84,10 @@ static chat *chat_of(qim_bench_client *c) { return c->ud; }
 
 static void send_one(chat *ch, sender *s, uint64_t now) {
   qim_bench_client *c = &ch->clients[s->client];
-  /* Classified by the due time here, by the send time below: they differ by the lag only. */
-  bool measured = s->due_us >= ch->measure_from_us;
+  /* A message belongs to the measured window by the time it is sent, as acks and
+   * deliveries classify it by the time they carry. */
+  uint64_t sent_at = qim_bench_now_us();
+  bool measured = sent_at >= ch->measure_from_us && sent_at < ch->send_until_us;
   if (measured) qim_hist_record(&ch->lag, now - s->due_us);
   if (c->state != QIM_BENCH_CLIENT_READY || ch->inflight[s->client] >= MAX_INFLIGHT ||
       qim_bench_conn_pending(&c->conn) > MAX_PENDING) {
@@ -98,7 +100,6 @@ static void send_one(chat *ch, sender *s, uint64_t now) {
   for (int i = 0; i < 4; i++) b[12 + i] = (uint8_t)(s->n >> (24 - 8 * i));
   char cmid[QIM_TFRAME_CMID_LEN + 1], id[32], frame[65536];
   qim_tframe_cmid(b, cmid);
-  uint64_t sent_at = qim_bench_now_us();
   snprintf(id, sizeof id, "p%llu", (unsigned long long)sent_at);
   qim_tframe_pub_args a = {id, s->topic, cmid, true, sent_at, s->q, s->n, ch->o->content_size};
   int n = qim_tframe_pub(frame, sizeof frame, &a);
