@@ -60,6 +60,9 @@ struct chat {
   size_t nacct;
   qim_bench_client *clients;
   uint32_t *inflight; /* unacked pubs per client */
+  /* Highest message number seen by client i from the j-th sender of its conversation,
+   * at last_n[i * spg + j] (-1: none yet); tells duplicates and reordering apart. */
+  int64_t *last_n;
   uint32_t nclients, nconv, gsize, spg; /* spg: senders per conversation */
   conv *convs;
   sender *senders;
@@ -70,7 +73,7 @@ struct chat {
   uint8_t nonce[8];
   /* Counters (measured = due inside the measured window). */
   uint64_t sent_total, sent, acked, ack_errors, expected, delivered, delivered_all, foreign,
-      skipped;
+      skipped, dups, self, unknown;
   qim_hist lat, ack, lag;
   uv_timer_t tick; /* phase transitions and drain checks */
 };
@@ -146,6 +149,22 @@ static void on_data(qim_bench_client *c, const qim_tframe_msg *m) {
     ch->foreign++;
     return;
   }
+  if (m->qbs < 0 || (uint64_t)m->qbs >= ch->nsenders || m->qbn < 0) {
+    ch->unknown++;
+    return;
+  }
+  const sender *s = &ch->senders[m->qbs];
+  if (s->client == c->index) { /* noecho was sent: the sending session must not get it */
+    ch->self++;
+    return;
+  }
+  uint32_t j = s->q % ch->spg;
+  int64_t *last = &ch->last_n[(size_t)c->index * ch->spg + j];
+  if (s->conv != c->index / ch->gsize || m->qbn <= *last) { /* not ours, or seen/overtaken */
+    ch->dups++;
+    return;
+  }
+  *last = m->qbn;
   ch->delivered_all++;
   if ((uint64_t)m->qbt < ch->measure_from_us || (uint64_t)m->qbt >= ch->send_until_us) return;
   ch->delivered++;
@@ -331,7 +350,10 @@ static void report(chat *ch) {
   qim_bench_kv(r, "expected", "%llu", (unsigned long long)ch->expected);
   uint64_t lost = ch->expected > ch->delivered ? ch->expected - ch->delivered : 0;
   qim_bench_kv(r, "lost", "%llu", (unsigned long long)lost);
+  qim_bench_kv(r, "dups", "%llu", (unsigned long long)ch->dups);
+  qim_bench_kv(r, "self", "%llu", (unsigned long long)ch->self);
   if (ch->foreign) qim_bench_kv(r, "foreign", "%llu", (unsigned long long)ch->foreign);
+  if (ch->unknown) qim_bench_kv(r, "unknown", "%llu", (unsigned long long)ch->unknown);
   qim_bench_kv(r, "send_rate", "%.1f", (double)ch->sent / d);
   qim_bench_kv(r, "ack_rate", "%.1f", (double)ch->acked / d);
   qim_bench_kv(r, "deliv_rate", "%.1f", (double)ch->delivered / d);
@@ -346,7 +368,8 @@ static void report(chat *ch) {
            "%s: %u connections in %u %s, %u each, %u senders, target %.0f msg/s for %.1f s "
            "(after %.1f s warm-up), content %zu B\n"
            "  sent %llu (%.0f/s), acked %llu, errors %llu, skipped %llu\n"
-           "  delivered %llu of %llu expected (%llu lost): %.0f deliveries/s\n"
+           "  delivered %llu of %llu expected (%llu lost; %llu duplicate or out of order, "
+           "%llu echoed to the sender): %.0f deliveries/s\n"
            "  send->delivery ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n"
            "  send->ack ms:      p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n"
            "  client send lag ms: p99 %.2f  max %.2f\n",
@@ -354,7 +377,8 @@ static void report(chat *ch) {
            o->warmup_s, o->content_size, (unsigned long long)ch->sent, (double)ch->sent / d,
            (unsigned long long)ch->acked, (unsigned long long)ch->ack_errors,
            (unsigned long long)ch->skipped, (unsigned long long)ch->delivered,
-           (unsigned long long)ch->expected, (unsigned long long)lost, (double)ch->delivered / d,
+           (unsigned long long)ch->expected, (unsigned long long)lost,
+           (unsigned long long)ch->dups, (unsigned long long)ch->self, (double)ch->delivered / d,
            qim_hist_quantile(&ch->lat, .5) / 1e3, qim_hist_quantile(&ch->lat, .9) / 1e3,
            qim_hist_quantile(&ch->lat, .99) / 1e3, qim_hist_quantile(&ch->lat, 1) / 1e3,
            qim_hist_quantile(&ch->ack, .5) / 1e3, qim_hist_quantile(&ch->ack, .9) / 1e3,
@@ -455,6 +479,8 @@ int qim_bench_chat(const qim_bench_opts *o) {
   }
   ch->clients = qim_calloc(ch->nclients, sizeof *ch->clients);
   ch->inflight = qim_calloc(ch->nclients, sizeof *ch->inflight);
+  ch->last_n = qim_malloc((size_t)ch->nclients * ch->spg * sizeof *ch->last_n);
+  for (size_t i = 0; i < (size_t)ch->nclients * ch->spg; i++) ch->last_n[i] = -1;
   ch->convs = qim_calloc(ch->nconv, sizeof *ch->convs);
   ch->senders = qim_calloc(ch->nsenders, sizeof *ch->senders);
   qim_u128 nonce = qim_u128_random();
@@ -475,6 +501,7 @@ int qim_bench_chat(const qim_bench_opts *o) {
   qim_bench_accounts_free(ch->accts, ch->nacct);
   qim_free(ch->clients);
   qim_free(ch->inflight);
+  qim_free(ch->last_n);
   qim_free(ch->convs);
   qim_free(ch->senders);
   qim_free(ch);
