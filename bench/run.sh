@@ -161,7 +161,7 @@ verdict() {
   [ "$(field skipped "$l")" = 0 ] || { echo skipped; return; }
   awk -v p="$(field lat_p99_ms "$l")" -v g="$(field lag_p99_ms "$l")" -v s="$(field send_rate "$l")" \
     -v t="$(field rate_target "$l")" -v lim="$lim" -v lag="$LAG_LIMIT_MS" \
-    'BEGIN { print s < 0.97 * t ? "rate" : g > lag ? "lag" : p > lim ? "p99" : "ok" }'
+    'BEGIN { print ((s < 0.97 * t) ? "rate" : (g > lag) ? "lag" : (p > lim) ? "p99" : "ok") }'
 }
 
 # step ID LIMIT RATE ARGS...: one search run; marks its result line with its verdict and

@@ -292,13 +292,15 @@ static void start_senders(chat *ch) {
   ch->send_until_us = ch->measure_from_us + (uint64_t)(ch->o->duration_s * 1e6);
   ch->period_us = (uint64_t)((double)ch->nsenders * 1e6 / ch->o->rate);
   if (ch->period_us == 0) ch->period_us = 1;
+  ch->running_senders = 0;
   for (uint32_t q = 0; q < ch->nsenders; q++) {
     sender *s = &ch->senders[q];
     s->due_us = ch->t_begin_us + ch->period_us * q / ch->nsenders;
+    if (s->due_us >= ch->send_until_us) continue; /* a slow rate: its first turn is after the end */
     s->stopped = false;
+    ch->running_senders++;
     uv_timer_start(&s->timer, sender_cb, (s->due_us - now) / 1000, 0);
   }
-  ch->running_senders = ch->nsenders;
   qim_bench_run_watchdog(&ch->run, ch->o->warmup_s + ch->o->duration_s + ch->o->drain_s + 10.0,
                          "the measured run overran its time");
   /* Server figures cover the measured window: sample when it begins. */
