@@ -290,7 +290,7 @@ static int open_listener(void) {
 static int parse_args(int argc, char **argv, int *threads, double *duration) {
   listen_addr.sin_family = AF_INET;
   listen_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* every option takes a value */
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(argv[i], "--listen") == 0 && v) {
       char host[64];
@@ -309,7 +309,6 @@ static int parse_args(int argc, char **argv, int *threads, double *duration) {
     } else {
       return -1;
     }
-    i++;
   }
   return 0;
 }
