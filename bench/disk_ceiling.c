@@ -106,13 +106,16 @@ int main(int argc, char **argv) {
     } else if (argv[i][0] != '-') {
       dir = argv[i];
     } else {
-      fprintf(stderr, "Usage: qim-bench-disk_ceiling [DIR] [--seconds S] [--batch N] [--record B]\n");
+      fprintf(stderr,
+              "Usage: qim-bench-disk_ceiling [DIR] [--seconds S] [--batch N] [--record B]\n");
       return 2;
     }
   }
-  if (!(seconds > 0 && seconds <= 600) || batch < 1 || batch > 1000000 || rec < 1 || rec > 1 << 20) {
-    fprintf(stderr, "qim-bench-disk_ceiling: need 0 < --seconds <= 600, 1 <= --batch <= 1e6, "
-                    "1 <= --record <= 1 MiB\n");
+  if (!(seconds > 0 && seconds <= 600) || batch < 1 || batch > 1000000 || rec < 1 ||
+      rec > 1 << 20) {
+    fprintf(stderr,
+            "qim-bench-disk_ceiling: need 0 < --seconds <= 600, 1 <= --batch <= 1e6, "
+            "1 <= --record <= 1 MiB\n");
     return 2;
   }
   struct statfs fs;
@@ -126,20 +129,22 @@ int main(int argc, char **argv) {
     return 1;
   }
   double per_s = (double)main_r.records / main_r.secs;
-  printf("disk ceiling in %s%s: %.0f durable %zu-byte appends/s (fdatasync every %u: "
-         "p50 %.2f ms, p99 %.2f ms, max %.2f ms over %llu syncs; %.1f MB/s)\n",
-         dir, tmpfs ? " (tmpfs! not a disk)" : "", per_s, rec, batch, main_r.sync_p50_ms,
-         main_r.sync_p99_ms, main_r.sync_max_ms, (unsigned long long)main_r.syncs,
-         per_s * (double)rec / 1e6);
+  printf(
+      "disk ceiling in %s%s: %.0f durable %zu-byte appends/s (fdatasync every %u: "
+      "p50 %.2f ms, p99 %.2f ms, max %.2f ms over %llu syncs; %.1f MB/s)\n",
+      dir, tmpfs ? " (tmpfs! not a disk)" : "", per_s, rec, batch, main_r.sync_p50_ms,
+      main_r.sync_p99_ms, main_r.sync_max_ms, (unsigned long long)main_r.syncs,
+      per_s * (double)rec / 1e6);
   if (batch != 1)
     printf("  one fdatasync per append: %.0f appends/s (fdatasync p50 %.2f ms, p99 %.2f ms)\n",
            (double)one_r.records / one_r.secs, one_r.sync_p50_ms, one_r.sync_p99_ms);
-  printf("RESULT scenario=disk_ceiling dir=%s tmpfs=%d record_bytes=%zu batch=%u seconds=%.2f "
-         "records=%llu appends_per_s=%.0f mb_per_s=%.2f sync_p50_ms=%.3f sync_p99_ms=%.3f "
-         "sync_max_ms=%.3f single_appends_per_s=%.0f single_sync_p50_ms=%.3f status=ok\n",
-         dir, tmpfs, rec, batch, main_r.secs, (unsigned long long)main_r.records, per_s,
-         per_s * (double)rec / 1e6, main_r.sync_p50_ms, main_r.sync_p99_ms, main_r.sync_max_ms,
-         batch != 1 ? (double)one_r.records / one_r.secs : per_s,
-         batch != 1 ? one_r.sync_p50_ms : main_r.sync_p50_ms);
+  printf(
+      "RESULT scenario=disk_ceiling dir=%s tmpfs=%d record_bytes=%zu batch=%u seconds=%.2f "
+      "records=%llu appends_per_s=%.0f mb_per_s=%.2f sync_p50_ms=%.3f sync_p99_ms=%.3f "
+      "sync_max_ms=%.3f single_appends_per_s=%.0f single_sync_p50_ms=%.3f status=ok\n",
+      dir, tmpfs, rec, batch, main_r.secs, (unsigned long long)main_r.records, per_s,
+      per_s * (double)rec / 1e6, main_r.sync_p50_ms, main_r.sync_p99_ms, main_r.sync_max_ms,
+      batch != 1 ? (double)one_r.records / one_r.secs : per_s,
+      batch != 1 ? one_r.sync_p50_ms : main_r.sync_p50_ms);
   return 0;
 }

@@ -100,7 +100,8 @@ static void take(snap *s) {
 static int open_conns(int lfd, const struct sockaddr_in *addr, int ep, int *cli, int *srv, int n) {
   for (int i = 0; i < n; i++) {
     cli[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (cli[i] < 0 || connect(cli[i], (const struct sockaddr *)addr, sizeof *addr) != 0) return -errno;
+    if (cli[i] < 0 || connect(cli[i], (const struct sockaddr *)addr, sizeof *addr) != 0)
+      return -errno;
     srv[i] = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (srv[i] < 0) return -errno;
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = srv[i]};
@@ -154,15 +155,18 @@ static void top_growth(const snap *a, const snap *b, int conns, char *kv, size_t
 int main(int argc, char **argv) {
   int conns = 5000, rounds = 3;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--conns") == 0 && i + 1 < argc) conns = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = atoi(argv[++i]);
+    if (strcmp(argv[i], "--conns") == 0 && i + 1 < argc)
+      conns = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+      rounds = atoi(argv[++i]);
     else {
       fprintf(stderr, "Usage: qim-bench-sock_cost [--conns N<=%d] [--rounds R<=20]\n", MAX_CONNS);
       return 2;
     }
   }
   if (conns < 1 || conns > MAX_CONNS || rounds < 1 || rounds > 20) {
-    fprintf(stderr, "qim-bench-sock_cost: need 1 <= --conns <= %d, 1 <= --rounds <= 20\n", MAX_CONNS);
+    fprintf(stderr, "qim-bench-sock_cost: need 1 <= --conns <= %d, 1 <= --rounds <= 20\n",
+            MAX_CONNS);
     return 2;
   }
   struct rlimit rl;
@@ -205,17 +209,18 @@ int main(int argc, char **argv) {
   }
   qsort(per, (size_t)rounds, sizeof *per, cmp_i64);
   int64_t median = per[rounds / 2];
-  printf("kernel cost of an idle loopback TCP socket (file, inode, dentry, epoll entry): "
-         "%lld bytes (median of %d rounds of %d connections = %d sockets; source %s; "
-         "socket buffer pages held %+lld)\n",
-         (long long)median, rounds, conns, 2 * conns,
-         after.from_slabinfo ? "/proc/slabinfo" : "Slab: in /proc/meminfo", (long long)tcp_pages);
-  printf("RESULT scenario=sock_cost conns=%d sockets=%d rounds=%d bytes_per_socket=%lld "
-         "bytes_per_socket_min=%lld bytes_per_socket_max=%lld tcp_mem_pages_delta=%lld source=%s "
-         "top=%s status=ok\n",
-         conns, 2 * conns, rounds, (long long)median, (long long)per[0],
-         (long long)per[rounds - 1], (long long)tcp_pages,
-         after.from_slabinfo ? "slabinfo" : "meminfo", top[0] ? top : "-");
+  printf(
+      "kernel cost of an idle loopback TCP socket (file, inode, dentry, epoll entry): "
+      "%lld bytes (median of %d rounds of %d connections = %d sockets; source %s; "
+      "socket buffer pages held %+lld)\n",
+      (long long)median, rounds, conns, 2 * conns,
+      after.from_slabinfo ? "/proc/slabinfo" : "Slab: in /proc/meminfo", (long long)tcp_pages);
+  printf(
+      "RESULT scenario=sock_cost conns=%d sockets=%d rounds=%d bytes_per_socket=%lld "
+      "bytes_per_socket_min=%lld bytes_per_socket_max=%lld tcp_mem_pages_delta=%lld source=%s "
+      "top=%s status=ok\n",
+      conns, 2 * conns, rounds, (long long)median, (long long)per[0], (long long)per[rounds - 1],
+      (long long)tcp_pages, after.from_slabinfo ? "slabinfo" : "meminfo", top[0] ? top : "-");
   free(cli);
   free(srv);
   free(per);

@@ -68,7 +68,8 @@ static void on_signal(int sig) {
   atomic_store(&stop_flag, true);
 }
 
-/* ---- output ----------------------------------------------------------------------------------- */
+/* ---- output -----------------------------------------------------------------------------------
+ */
 
 static void out_put(conn *c, const void *p, size_t n) {
   if (c->out_len + n > c->out_cap) {
@@ -113,15 +114,18 @@ static bool flush(conn *c) {
   return true;
 }
 
-/* ---- handshake and frames --------------------------------------------------------------------- */
+/* ---- handshake and frames ---------------------------------------------------------------------
+ */
 
-/* Answers the upgrade once the header block is in. Returns bytes consumed, 0 if incomplete, -1 bad. */
+/* Answers the upgrade once the header block is in. Returns bytes consumed, 0 if incomplete, -1 bad.
+ */
 static long handshake(conn *c) {
   uint8_t *end = memmem(c->in, c->in_len, "\r\n\r\n", 4);
   if (!end) return c->in_len > 8192 ? -1 : 0;
   *end = '\0';
   char *key = NULL;
-  for (char *line = (char *)c->in; line && *line; line = strstr(line, "\r\n"), line = line ? line + 2 : NULL)
+  for (char *line = (char *)c->in; line && *line;
+       line = strstr(line, "\r\n"), line = line ? line + 2 : NULL)
     if (strncasecmp(line, "Sec-WebSocket-Key:", 18) == 0) {
       key = line + 18;
       while (*key == ' ') key++;
@@ -132,10 +136,11 @@ static long handshake(conn *c) {
   if (!key || !qim_http_ws_key_valid(key)) return -1;
   char accept[QIM_HTTP_ACCEPT_LEN + 1], resp[256];
   qim_http_accept_key(key, accept);
-  int n = snprintf(resp, sizeof resp,
-                   "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                   "Sec-WebSocket-Accept: %s\r\n\r\n",
-                   accept);
+  int n =
+      snprintf(resp, sizeof resp,
+               "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Accept: %s\r\n\r\n",
+               accept);
   out_put(c, resp, (size_t)n);
   c->open = true;
   return (long)(end + 4 - c->in);
@@ -231,7 +236,8 @@ static void on_readable(loop *l, conn *c) {
   set_events(l, c);
 }
 
-/* ---- loops ------------------------------------------------------------------------------------ */
+/* ---- loops ------------------------------------------------------------------------------------
+ */
 
 static void on_accept(loop *l) {
   for (;;) {
@@ -262,8 +268,10 @@ static void *run_loop(void *arg) {
       if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
         on_readable(l, c);
       } else if (evs[i].events & EPOLLOUT) {
-        if (!flush(c)) conn_close(l, c);
-        else set_events(l, c);
+        if (!flush(c))
+          conn_close(l, c);
+        else
+          set_events(l, c);
       }
     }
   }
@@ -317,8 +325,10 @@ int main(int argc, char **argv) {
   int threads = 1;
   double duration = 600;
   if (parse_args(argc, argv, &threads, &duration)) {
-    fprintf(stderr, "Usage: qim-bench-ws_echo [--listen 127.x.x.x:PORT] [--threads 1-%d] "
-                    "[--duration S<=3600]\n", MAX_THREADS);
+    fprintf(stderr,
+            "Usage: qim-bench-ws_echo [--listen 127.x.x.x:PORT] [--threads 1-%d] "
+            "[--duration S<=3600]\n",
+            MAX_THREADS);
     return 2;
   }
   signal(SIGINT, on_signal);

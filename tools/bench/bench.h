@@ -34,8 +34,8 @@ typedef struct qim_bench_opts {
   double duration_s, warmup_s, drain_s, setup_timeout_s;
   uint64_t max_messages;
   const char *accounts_file;
-  uint32_t users;       /* p2p: users (pairs = users/2); idle: connections */
-  double rate;          /* p2p/group: total target pubs/s */
+  uint32_t users; /* p2p: users (pairs = users/2); idle: connections */
+  double rate;    /* p2p/group: total target pubs/s */
   uint32_t group_size, senders, groups;
   bool via_usr;         /* p2p over usr<peer> topics instead of 2-member groups */
   size_t content_size;  /* bytes of each pub's content */
@@ -44,7 +44,7 @@ typedef struct qim_bench_opts {
   bool probe;           /* echo: send the Tinode probe "1" and expect "0" */
   uint32_t count;       /* accounts: how many */
   const char *prefix, *password;
-  uint32_t first;       /* accounts: first index */
+  uint32_t first; /* accounts: first index */
   const char *label;
   bool quiet;
 } qim_bench_opts;

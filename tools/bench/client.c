@@ -9,7 +9,9 @@
 
 #include "bench.h"
 
-static qim_bench_client *of(qim_bench_conn *c) { return c->ud; }
+static qim_bench_client *of(qim_bench_conn *c) {
+  return c->ud;
+}
 
 static void fail_setup(qim_bench_client *c) {
   c->state = QIM_BENCH_CLIENT_ENDED;

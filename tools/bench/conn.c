@@ -53,9 +53,13 @@ static void end(qim_bench_conn *c, qim_bench_end why, int err) {
   uv_close((uv_handle_t *)&c->tcp, closed_cb);
 }
 
-void qim_bench_conn_close(qim_bench_conn *c) { end(c, QIM_BENCH_END_LOCAL, 0); }
+void qim_bench_conn_close(qim_bench_conn *c) {
+  end(c, QIM_BENCH_END_LOCAL, 0);
+}
 
-bool qim_bench_conn_is_open(const qim_bench_conn *c) { return c->state == ST_OPEN; }
+bool qim_bench_conn_is_open(const qim_bench_conn *c) {
+  return c->state == ST_OPEN;
+}
 
 size_t qim_bench_conn_pending(const qim_bench_conn *c) {
   return uv_stream_get_write_queue_size((const uv_stream_t *)&c->tcp);
@@ -90,7 +94,8 @@ int qim_bench_conn_send_text(qim_bench_conn *c, const char *data, size_t len) {
   return send_frame(c, QIM_WSC_OP_TEXT, data, len);
 }
 
-/* ---- frames in -------------------------------------------------------------------------------- */
+/* ---- frames in --------------------------------------------------------------------------------
+ */
 
 static int on_message(void *ud, int opcode, const uint8_t *data, size_t len) {
   qim_bench_conn *c = ud;
@@ -138,7 +143,8 @@ static void feed_handshake(qim_bench_conn *c, const char *data, size_t len) {
   c->state = ST_OPEN;
   qim_wsc_parser_init(&c->parser, c->target->max_message);
   c->cbs->on_open(c);
-  if (c->state == ST_OPEN && extra_at < len) feed_frames(c, (const uint8_t *)data + extra_at, len - extra_at);
+  if (c->state == ST_OPEN && extra_at < len)
+    feed_frames(c, (const uint8_t *)data + extra_at, len - extra_at);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -160,7 +166,8 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   }
 }
 
-/* ---- connecting ------------------------------------------------------------------------------- */
+/* ---- connecting -------------------------------------------------------------------------------
+ */
 
 static void connect_cb(uv_connect_t *req, int status) {
   qim_bench_conn *c = req->handle->data;
@@ -238,13 +245,20 @@ int qim_bench_conn_start(qim_bench_conn *c, uv_loop_t *loop, const qim_bench_tar
 
 const char *qim_bench_end_name(qim_bench_end why) {
   switch (why) {
-  case QIM_BENCH_END_LOCAL: return "local";
-  case QIM_BENCH_END_CONNECT: return "connect";
-  case QIM_BENCH_END_HANDSHAKE: return "handshake";
-  case QIM_BENCH_END_PROTOCOL: return "protocol";
-  case QIM_BENCH_END_PEER_CLOSE: return "peer_close";
-  case QIM_BENCH_END_EOF: return "eof";
-  case QIM_BENCH_END_IO: return "io";
+    case QIM_BENCH_END_LOCAL:
+      return "local";
+    case QIM_BENCH_END_CONNECT:
+      return "connect";
+    case QIM_BENCH_END_HANDSHAKE:
+      return "handshake";
+    case QIM_BENCH_END_PROTOCOL:
+      return "protocol";
+    case QIM_BENCH_END_PEER_CLOSE:
+      return "peer_close";
+    case QIM_BENCH_END_EOF:
+      return "eof";
+    case QIM_BENCH_END_IO:
+      return "io";
   }
   return "unknown";
 }

@@ -21,10 +21,10 @@
 
 /* Why a connection ended (on_close's `why`). */
 typedef enum qim_bench_end {
-  QIM_BENCH_END_LOCAL = 0,  /* qim_bench_conn_close was called */
-  QIM_BENCH_END_CONNECT,    /* TCP connect failed (err holds the uv error) */
-  QIM_BENCH_END_HANDSHAKE,  /* the server did not answer 101 properly (err: HTTP status or -errno) */
-  QIM_BENCH_END_PROTOCOL,   /* a framing violation by the server (err: -errno from wsc) */
+  QIM_BENCH_END_LOCAL = 0, /* qim_bench_conn_close was called */
+  QIM_BENCH_END_CONNECT,   /* TCP connect failed (err holds the uv error) */
+  QIM_BENCH_END_HANDSHAKE, /* the server did not answer 101 properly (err: HTTP status or -errno) */
+  QIM_BENCH_END_PROTOCOL,  /* a framing violation by the server (err: -errno from wsc) */
   QIM_BENCH_END_PEER_CLOSE, /* the server sent a close frame (err: its close code) */
   QIM_BENCH_END_EOF,        /* TCP ended without a close frame */
   QIM_BENCH_END_IO,         /* a read or write error (err: the uv error) */
@@ -33,16 +33,16 @@ typedef enum qim_bench_end {
 typedef struct qim_bench_conn qim_bench_conn;
 
 typedef struct qim_bench_conn_cbs {
-  void (*on_open)(qim_bench_conn *c);                                   /* handshake done */
-  void (*on_text)(qim_bench_conn *c, const char *data, size_t len);     /* one text message */
-  void (*on_close)(qim_bench_conn *c, qim_bench_end why, int err);      /* the end */
+  void (*on_open)(qim_bench_conn *c);                               /* handshake done */
+  void (*on_text)(qim_bench_conn *c, const char *data, size_t len); /* one text message */
+  void (*on_close)(qim_bench_conn *c, qim_bench_end why, int err);  /* the end */
 } qim_bench_conn_cbs;
 
 /* Where and how to connect; shared by all connections of a run. */
 typedef struct qim_bench_target {
   struct sockaddr_in server;
-  char host[80]; /* Host header, "127.0.0.1:6060" */
-  char path[256]; /* "/v0/channels?apikey=…" */
+  char host[80];      /* Host header, "127.0.0.1:6060" */
+  char path[256];     /* "/v0/channels?apikey=…" */
   size_t max_message; /* largest server message accepted */
 } qim_bench_target;
 
@@ -54,7 +54,7 @@ struct qim_bench_conn {
   void *ud; /* the owner's */
   qim_wsc_parser parser;
   char key[QIM_WSC_KEY_LEN + 1];
-  char *hs;     /* handshake answer received so far (freed once open) */
+  char *hs; /* handshake answer received so far (freed once open) */
   size_t hs_len;
   uint32_t mask_state; /* xorshift state for masking keys */
   uint8_t state;
@@ -69,8 +69,7 @@ struct qim_bench_conn {
  * handle is then still closing: keep `c` until the loop has run once more).
  */
 int qim_bench_conn_start(qim_bench_conn *c, uv_loop_t *loop, const qim_bench_target *t,
-                         const struct sockaddr_in *source, const qim_bench_conn_cbs *cbs,
-                         void *ud);
+                         const struct sockaddr_in *source, const qim_bench_conn_cbs *cbs, void *ud);
 
 /*
  * Sends one text message (masked, copied). 0, or a negative uv error (the connection is

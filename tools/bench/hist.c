@@ -64,4 +64,6 @@ uint64_t qim_hist_quantile(const qim_hist *h, double q) {
   return h->max;
 }
 
-double qim_hist_mean(const qim_hist *h) { return h->count ? h->sum / (double)h->count : 0.0; }
+double qim_hist_mean(const qim_hist *h) {
+  return h->count ? h->sum / (double)h->count : 0.0;
+}

@@ -49,26 +49,61 @@ static const char usage[] =
     "Exit status: 0 ok, 1 the run failed (see RESULT status), 2 bad usage.\n";
 
 enum {
-  O_SERVER = 256, O_APIKEY, O_PID, O_ACCOUNTS, O_DURATION, O_WARMUP, O_DRAIN, O_SETUP, O_MAXMSG,
-  O_CONC, O_LABEL, O_QUIET, O_USERS, O_RATE, O_SIZE, O_VIA, O_GROUPS, O_GSIZE, O_SENDERS, O_COUNT,
-  O_PREFIX, O_PASSWORD, O_FIRST, O_WINDOW, O_PROBE, O_HELP
+  O_SERVER = 256,
+  O_APIKEY,
+  O_PID,
+  O_ACCOUNTS,
+  O_DURATION,
+  O_WARMUP,
+  O_DRAIN,
+  O_SETUP,
+  O_MAXMSG,
+  O_CONC,
+  O_LABEL,
+  O_QUIET,
+  O_USERS,
+  O_RATE,
+  O_SIZE,
+  O_VIA,
+  O_GROUPS,
+  O_GSIZE,
+  O_SENDERS,
+  O_COUNT,
+  O_PREFIX,
+  O_PASSWORD,
+  O_FIRST,
+  O_WINDOW,
+  O_PROBE,
+  O_HELP
 };
 
-static const struct option longopts[] = {
-    {"server", 1, 0, O_SERVER},     {"apikey", 1, 0, O_APIKEY},
-    {"server-pid", 1, 0, O_PID},    {"accounts", 1, 0, O_ACCOUNTS},
-    {"duration", 1, 0, O_DURATION}, {"warmup", 1, 0, O_WARMUP},
-    {"drain", 1, 0, O_DRAIN},       {"setup-timeout", 1, 0, O_SETUP},
-    {"max-messages", 1, 0, O_MAXMSG}, {"concurrency", 1, 0, O_CONC},
-    {"label", 1, 0, O_LABEL},       {"quiet", 0, 0, O_QUIET},
-    {"users", 1, 0, O_USERS},       {"rate", 1, 0, O_RATE},
-    {"size", 1, 0, O_SIZE},         {"via", 1, 0, O_VIA},
-    {"groups", 1, 0, O_GROUPS},     {"group-size", 1, 0, O_GSIZE},
-    {"senders", 1, 0, O_SENDERS},   {"count", 1, 0, O_COUNT},
-    {"prefix", 1, 0, O_PREFIX},     {"password", 1, 0, O_PASSWORD},
-    {"first", 1, 0, O_FIRST},       {"window", 1, 0, O_WINDOW},
-    {"probe", 0, 0, O_PROBE},       {"help", 0, 0, O_HELP},
-    {0, 0, 0, 0}};
+static const struct option longopts[] = {{"server", 1, 0, O_SERVER},
+                                         {"apikey", 1, 0, O_APIKEY},
+                                         {"server-pid", 1, 0, O_PID},
+                                         {"accounts", 1, 0, O_ACCOUNTS},
+                                         {"duration", 1, 0, O_DURATION},
+                                         {"warmup", 1, 0, O_WARMUP},
+                                         {"drain", 1, 0, O_DRAIN},
+                                         {"setup-timeout", 1, 0, O_SETUP},
+                                         {"max-messages", 1, 0, O_MAXMSG},
+                                         {"concurrency", 1, 0, O_CONC},
+                                         {"label", 1, 0, O_LABEL},
+                                         {"quiet", 0, 0, O_QUIET},
+                                         {"users", 1, 0, O_USERS},
+                                         {"rate", 1, 0, O_RATE},
+                                         {"size", 1, 0, O_SIZE},
+                                         {"via", 1, 0, O_VIA},
+                                         {"groups", 1, 0, O_GROUPS},
+                                         {"group-size", 1, 0, O_GSIZE},
+                                         {"senders", 1, 0, O_SENDERS},
+                                         {"count", 1, 0, O_COUNT},
+                                         {"prefix", 1, 0, O_PREFIX},
+                                         {"password", 1, 0, O_PASSWORD},
+                                         {"first", 1, 0, O_FIRST},
+                                         {"window", 1, 0, O_WINDOW},
+                                         {"probe", 0, 0, O_PROBE},
+                                         {"help", 0, 0, O_HELP},
+                                         {0, 0, 0, 0}};
 
 static int bad(const char *what, const char *v) {
   fprintf(stderr, "qim-bench: bad %s '%s'\nTry 'qim-bench --help'.\n", what, v);
@@ -141,35 +176,73 @@ static int parse_opt(int c, const char *v, qim_bench_opts *o) {
   double d;
   uint32_t u;
   switch (c) {
-  case O_SERVER: return parse_server(v, o);
-  case O_APIKEY: o->apikey = v; return strpbrk(v, " &#\r\n") ? bad("--apikey", v) : 0;
-  case O_PID: if (u32("--server-pid", v, 1, 1u << 30, &u)) return -EINVAL; o->server_pid = (pid_t)u; return 0;
-  case O_ACCOUNTS: o->accounts_file = v; return 0;
-  case O_DURATION: return num("--duration", v, 0.1, QIM_BENCH_MAX_SECONDS, &o->duration_s);
-  case O_WARMUP: return num("--warmup", v, 0, 600, &o->warmup_s);
-  case O_DRAIN: return num("--drain", v, 0, 600, &o->drain_s);
-  case O_SETUP: return num("--setup-timeout", v, 1, QIM_BENCH_MAX_SECONDS, &o->setup_timeout_s);
-  case O_MAXMSG: if (num("--max-messages", v, 1, 1e12, &d)) return -EINVAL; o->max_messages = (uint64_t)d; return 0;
-  case O_CONC: return u32("--concurrency", v, 1, 10000, &o->concurrency);
-  case O_LABEL: o->label = v; return strpbrk(v, " \t\r\n") ? bad("--label (no spaces)", v) : 0;
-  case O_QUIET: o->quiet = true; return 0;
-  case O_USERS: return u32("--users", v, 1, QIM_BENCH_MAX_CONNS, &o->users);
-  case O_RATE: return num("--rate", v, 0.1, 1e7, &o->rate);
-  case O_SIZE: if (u32("--size", v, 1, 60000, &u)) return -EINVAL; o->content_size = u; return 0;
-  case O_VIA:
-    if (strcmp(v, "usr") && strcmp(v, "group")) return bad("--via (group|usr)", v);
-    o->via_usr = strcmp(v, "usr") == 0;
-    return 0;
-  case O_GROUPS: return u32("--groups", v, 1, QIM_BENCH_MAX_CONNS, &o->groups);
-  case O_GSIZE: return u32("--group-size", v, 2, QIM_BENCH_MAX_CONNS, &o->group_size);
-  case O_SENDERS: return u32("--senders", v, 1, QIM_BENCH_MAX_CONNS, &o->senders);
-  case O_COUNT: return u32("--count", v, 1, 100000, &o->count);
-  case O_PREFIX: o->prefix = v; return strlen(v) > 40 || strpbrk(v, " :\t") ? bad("--prefix", v) : 0;
-  case O_PASSWORD: o->password = v; return strlen(v) > 100 ? bad("--password", v) : 0;
-  case O_FIRST: return u32("--first", v, 0, 100000000, &o->first);
-  case O_WINDOW: return u32("--window", v, 1, 1024, &o->window);
-  case O_PROBE: o->probe = true; return 0;
-  default: return -EINVAL;
+    case O_SERVER:
+      return parse_server(v, o);
+    case O_APIKEY:
+      o->apikey = v;
+      return strpbrk(v, " &#\r\n") ? bad("--apikey", v) : 0;
+    case O_PID:
+      if (u32("--server-pid", v, 1, 1u << 30, &u)) return -EINVAL;
+      o->server_pid = (pid_t)u;
+      return 0;
+    case O_ACCOUNTS:
+      o->accounts_file = v;
+      return 0;
+    case O_DURATION:
+      return num("--duration", v, 0.1, QIM_BENCH_MAX_SECONDS, &o->duration_s);
+    case O_WARMUP:
+      return num("--warmup", v, 0, 600, &o->warmup_s);
+    case O_DRAIN:
+      return num("--drain", v, 0, 600, &o->drain_s);
+    case O_SETUP:
+      return num("--setup-timeout", v, 1, QIM_BENCH_MAX_SECONDS, &o->setup_timeout_s);
+    case O_MAXMSG:
+      if (num("--max-messages", v, 1, 1e12, &d)) return -EINVAL;
+      o->max_messages = (uint64_t)d;
+      return 0;
+    case O_CONC:
+      return u32("--concurrency", v, 1, 10000, &o->concurrency);
+    case O_LABEL:
+      o->label = v;
+      return strpbrk(v, " \t\r\n") ? bad("--label (no spaces)", v) : 0;
+    case O_QUIET:
+      o->quiet = true;
+      return 0;
+    case O_USERS:
+      return u32("--users", v, 1, QIM_BENCH_MAX_CONNS, &o->users);
+    case O_RATE:
+      return num("--rate", v, 0.1, 1e7, &o->rate);
+    case O_SIZE:
+      if (u32("--size", v, 1, 60000, &u)) return -EINVAL;
+      o->content_size = u;
+      return 0;
+    case O_VIA:
+      if (strcmp(v, "usr") && strcmp(v, "group")) return bad("--via (group|usr)", v);
+      o->via_usr = strcmp(v, "usr") == 0;
+      return 0;
+    case O_GROUPS:
+      return u32("--groups", v, 1, QIM_BENCH_MAX_CONNS, &o->groups);
+    case O_GSIZE:
+      return u32("--group-size", v, 2, QIM_BENCH_MAX_CONNS, &o->group_size);
+    case O_SENDERS:
+      return u32("--senders", v, 1, QIM_BENCH_MAX_CONNS, &o->senders);
+    case O_COUNT:
+      return u32("--count", v, 1, 100000, &o->count);
+    case O_PREFIX:
+      o->prefix = v;
+      return strlen(v) > 40 || strpbrk(v, " :\t") ? bad("--prefix", v) : 0;
+    case O_PASSWORD:
+      o->password = v;
+      return strlen(v) > 100 ? bad("--password", v) : 0;
+    case O_FIRST:
+      return u32("--first", v, 0, 100000000, &o->first);
+    case O_WINDOW:
+      return u32("--window", v, 1, 1024, &o->window);
+    case O_PROBE:
+      o->probe = true;
+      return 0;
+    default:
+      return -EINVAL;
   }
 }
 
@@ -210,8 +283,9 @@ int main(int argc, char **argv) {
   if (strcmp(o.scenario, "idle") == 0) return qim_bench_idle(&o);
   if (strcmp(o.scenario, "echo") == 0) return qim_bench_echo(&o);
   if (strcmp(o.scenario, "sync") == 0) {
-    fprintf(stderr, "qim-bench: the sync scenario needs the server's {sync}, which qimd does not "
-                    "serve yet (it answers 501); it is not built\n");
+    fprintf(stderr,
+            "qim-bench: the sync scenario needs the server's {sync}, which qimd does not "
+            "serve yet (it answers 501); it is not built\n");
     return 2;
   }
   return bad("scenario", o.scenario) ? 2 : 2;

@@ -62,7 +62,8 @@ int qim_proc_sample_read(pid_t pid, qim_proc_sample *out) {
   snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
   if ((rc = slurp(path, buf, sizeof buf))) return rc;
   uint64_t threads = 0;
-  if (qim_proc_parse_kb(buf, "VmRSS", &out->rss_kb) || qim_proc_parse_kb(buf, "VmHWM", &out->hwm_kb))
+  if (qim_proc_parse_kb(buf, "VmRSS", &out->rss_kb) ||
+      qim_proc_parse_kb(buf, "VmHWM", &out->hwm_kb))
     return -EINVAL;
   qim_proc_parse_kb(buf, "Threads", &threads); /* a count, same "Key: n" shape */
   out->threads = (uint32_t)threads;

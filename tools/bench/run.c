@@ -27,7 +27,8 @@ void qim_bench_source(uint32_t i, struct sockaddr_in *out) {
   out->sin_addr.s_addr = htonl((127u << 24) | (2u + i / QIM_BENCH_CONNS_PER_SOURCE));
 }
 
-/* ---- accounts file ---------------------------------------------------------------------------- */
+/* ---- accounts file ----------------------------------------------------------------------------
+ */
 
 void qim_bench_accounts_free(qim_bench_account *a, size_t n) {
   if (!a) return;
@@ -82,7 +83,8 @@ int qim_bench_accounts_load(const char *path, qim_bench_account **out, size_t *n
   return 0;
 }
 
-/* ---- the run ---------------------------------------------------------------------------------- */
+/* ---- the run ----------------------------------------------------------------------------------
+ */
 
 static double self_cpu_s(void) {
   struct rusage u;
@@ -147,7 +149,9 @@ void qim_bench_run_watchdog(qim_bench_run *r, double seconds, const char *why) {
   uv_timer_start(&r->watchdog, watchdog_cb, (uint64_t)(seconds * 1000.0), 0);
 }
 
-void qim_bench_run_watchdog_stop(qim_bench_run *r) { uv_timer_stop(&r->watchdog); }
+void qim_bench_run_watchdog_stop(qim_bench_run *r) {
+  uv_timer_stop(&r->watchdog);
+}
 
 void qim_bench_run_mark_start(qim_bench_run *r) {
   r->marked_start = true;
@@ -175,7 +179,8 @@ void qim_bench_run_free(qim_bench_run *r) {
   r->loop = NULL;
 }
 
-/* ---- report ----------------------------------------------------------------------------------- */
+/* ---- report -----------------------------------------------------------------------------------
+ */
 
 void qim_bench_kv(qim_bench_run *r, const char *key, const char *fmt, ...) {
   size_t cap = sizeof r->kv;
@@ -244,23 +249,27 @@ void qim_bench_report(qim_bench_run *r, const char *human) {
   if (!r->o->quiet) {
     fputs(human, stdout);
     if (r->srv_ok)
-      printf("server pid %d: %.0f%% CPU, RSS %llu kB (was %llu kB, peak %llu kB); qim-bench %.0f%% CPU\n",
-             (int)r->o->server_pid, qim_proc_cpu_pct(&r->srv_a, &r->srv_b),
-             (unsigned long long)r->srv_b.rss_kb, (unsigned long long)r->srv_a.rss_kb,
-             (unsigned long long)r->srv_b.hwm_kb, r->self_cpu_pct);
+      printf(
+          "server pid %d: %.0f%% CPU, RSS %llu kB (was %llu kB, peak %llu kB); qim-bench %.0f%% "
+          "CPU\n",
+          (int)r->o->server_pid, qim_proc_cpu_pct(&r->srv_a, &r->srv_b),
+          (unsigned long long)r->srv_b.rss_kb, (unsigned long long)r->srv_a.rss_kb,
+          (unsigned long long)r->srv_b.hwm_kb, r->self_cpu_pct);
     uint64_t errs = qim_bench_errors(r);
     if (errs || r->bad_frames || r->start_failures)
-      printf("problems: %llu error replies, %llu unreadable frames, %llu connections not started "
-             "(details in the RESULT line)\n",
-             (unsigned long long)errs, (unsigned long long)r->bad_frames,
-             (unsigned long long)r->start_failures);
+      printf(
+          "problems: %llu error replies, %llu unreadable frames, %llu connections not started "
+          "(details in the RESULT line)\n",
+          (unsigned long long)errs, (unsigned long long)r->bad_frames,
+          (unsigned long long)r->start_failures);
     if (r->failure) printf("the run FAILED: %s\n", r->failure);
   }
   printf("RESULT scenario=%s %s\n", r->o->scenario, r->kv);
   fflush(stdout);
 }
 
-/* ---- pacer ------------------------------------------------------------------------------------ */
+/* ---- pacer ------------------------------------------------------------------------------------
+ */
 
 static void pacer_fill(qim_bench_pacer *p) {
   while (!p->finished && p->inflight < p->limit && p->next < p->total) {
@@ -280,8 +289,8 @@ static void pacer_fill(qim_bench_pacer *p) {
 
 void qim_bench_pacer_start(qim_bench_pacer *p, size_t total, uint32_t limit,
                            int (*issue)(void *, size_t), void (*on_all)(void *), void *ud) {
-  *p = (qim_bench_pacer){.total = total, .limit = limit ? limit : 1, .issue = issue,
-                         .on_all = on_all, .ud = ud};
+  *p = (qim_bench_pacer){
+      .total = total, .limit = limit ? limit : 1, .issue = issue, .on_all = on_all, .ud = ud};
   pacer_fill(p);
 }
 

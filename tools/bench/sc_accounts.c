@@ -84,13 +84,19 @@ static void on_ctrl(qim_bench_client *c, const qim_tframe_msg *m) {
   qim_hist_record(&a->lat, qim_bench_now_us() - s->t_us);
   s->uid = qim_strdup(m->user);
   s->token = qim_strdup(m->token);
-  if (s->existed) a->existed++;
-  else a->created++;
+  if (s->existed)
+    a->existed++;
+  else
+    a->created++;
   step_done(s, true);
 }
 
-static void on_failed(qim_bench_client *c) { step_done(c->ud, false); }
-static void on_closed(qim_bench_client *c) { step_done(c->ud, false); }
+static void on_failed(qim_bench_client *c) {
+  step_done(c->ud, false);
+}
+static void on_closed(qim_bench_client *c) {
+  step_done(c->ud, false);
+}
 
 static const qim_bench_client_cbs cbs = {on_ready, on_failed, on_ctrl, NULL, on_closed};
 
@@ -159,8 +165,12 @@ static void finish(accounts *a) {
   uv_close((uv_handle_t *)&r->watchdog, NULL);
 }
 
-static void all_done(void *ud) { finish(ud); }
-static void on_fail(void *ud) { finish(ud); }
+static void all_done(void *ud) {
+  finish(ud);
+}
+static void on_fail(void *ud) {
+  finish(ud);
+}
 
 int qim_bench_accounts(const qim_bench_opts *o) {
   if (o->count < 1 || o->count > MAX_ACCOUNTS) {
@@ -179,7 +189,8 @@ int qim_bench_accounts(const qim_bench_opts *o) {
   a->run.on_fail = on_fail;
   a->run.fail_ud = a;
   qim_bench_run_mark_start(&a->run); /* server CPU over the whole run: argon2id dominates */
-  qim_bench_run_watchdog(&a->run, o->setup_timeout_s, "accounts were not all made within --setup-timeout");
+  qim_bench_run_watchdog(&a->run, o->setup_timeout_s,
+                         "accounts were not all made within --setup-timeout");
   qim_bench_pacer_start(&a->pacer, a->n, o->concurrency, issue, all_done, a);
   int status = qim_bench_run_loop(&a->run);
   qim_bench_run_free(&a->run);

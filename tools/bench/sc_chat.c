@@ -79,11 +79,16 @@ struct chat {
 };
 
 /* Client index of member j of conversation k. */
-static uint32_t member(const chat *ch, uint32_t k, uint32_t j) { return k * ch->gsize + j; }
+static uint32_t member(const chat *ch, uint32_t k, uint32_t j) {
+  return k * ch->gsize + j;
+}
 
-static chat *chat_of(qim_bench_client *c) { return c->ud; }
+static chat *chat_of(qim_bench_client *c) {
+  return c->ud;
+}
 
-/* ---- sending ---------------------------------------------------------------------------------- */
+/* ---- sending ----------------------------------------------------------------------------------
+ */
 
 static void send_one(chat *ch, sender *s, uint64_t now) {
   qim_bench_client *c = &ch->clients[s->client];
@@ -139,7 +144,8 @@ static void sender_cb(uv_timer_t *t) {
   uv_timer_start(&s->timer, sender_cb, wait_ms, 0);
 }
 
-/* ---- receiving -------------------------------------------------------------------------------- */
+/* ---- receiving --------------------------------------------------------------------------------
+ */
 
 static void on_ctrl(qim_bench_client *c, const qim_tframe_msg *m);
 
@@ -187,11 +193,14 @@ static void on_pub_reply(chat *ch, qim_bench_client *c, const qim_tframe_msg *m)
   qim_hist_record(&ch->ack, now > due ? now - due : 0);
 }
 
-/* ---- setup phases ----------------------------------------------------------------------------- */
+/* ---- setup phases -----------------------------------------------------------------------------
+ */
 
 static void start_phase(chat *ch, int phase);
 
-static void on_ready(qim_bench_client *c) { qim_bench_pacer_done(&chat_of(c)->pacer, true); }
+static void on_ready(qim_bench_client *c) {
+  qim_bench_pacer_done(&chat_of(c)->pacer, true);
+}
 
 static void on_failed(qim_bench_client *c) {
   chat *ch = chat_of(c);
@@ -200,7 +209,8 @@ static void on_failed(qim_bench_client *c) {
 
 static void on_closed(qim_bench_client *c) {
   chat *ch = chat_of(c);
-  if (ch->phase < PH_DONE && !ch->run.failure) qim_bench_run_fail(&ch->run, "a connection closed during the run");
+  if (ch->phase < PH_DONE && !ch->run.failure)
+    qim_bench_run_fail(&ch->run, "a connection closed during the run");
 }
 
 static const qim_bench_client_cbs client_cbs = {on_ready, on_failed, on_ctrl, on_data, on_closed};
@@ -261,7 +271,8 @@ static void phase_done(void *ud) {
     start_phase(ch, ch->phase + 1);
 }
 
-/* ---- run and drain ---------------------------------------------------------------------------- */
+/* ---- run and drain ----------------------------------------------------------------------------
+ */
 
 static void finish(chat *ch);
 
@@ -311,24 +322,25 @@ static void start_phase(chat *ch, int phase) {
   ch->phase = phase;
   uint32_t limit = ch->o->concurrency;
   switch (phase) {
-  case PH_CONNECT:
-    qim_bench_pacer_start(&ch->pacer, ch->nclients, limit, issue_connect, phase_done, ch);
-    break;
-  case PH_CREATE:
-    qim_bench_pacer_start(&ch->pacer, ch->nconv, limit, issue_create, phase_done, ch);
-    break;
-  case PH_JOIN: {
-    uint32_t per = ch->group_mode || !ch->o->via_usr ? ch->gsize - 1 : ch->gsize;
-    qim_bench_pacer_start(&ch->pacer, (size_t)ch->nconv * per, limit, issue_join, phase_done, ch);
-    break;
-  }
-  case PH_RUN:
-    start_senders(ch);
-    break;
+    case PH_CONNECT:
+      qim_bench_pacer_start(&ch->pacer, ch->nclients, limit, issue_connect, phase_done, ch);
+      break;
+    case PH_CREATE:
+      qim_bench_pacer_start(&ch->pacer, ch->nconv, limit, issue_create, phase_done, ch);
+      break;
+    case PH_JOIN: {
+      uint32_t per = ch->group_mode || !ch->o->via_usr ? ch->gsize - 1 : ch->gsize;
+      qim_bench_pacer_start(&ch->pacer, (size_t)ch->nconv * per, limit, issue_join, phase_done, ch);
+      break;
+    }
+    case PH_RUN:
+      start_senders(ch);
+      break;
   }
 }
 
-/* ---- report ----------------------------------------------------------------------------------- */
+/* ---- report -----------------------------------------------------------------------------------
+ */
 
 static void report(chat *ch) {
   qim_bench_run *r = &ch->run;
@@ -364,8 +376,9 @@ static void report(chat *ch) {
   qim_bench_kv_hist(r, "lag", &ch->lag);
 
   char human[2048];
-  const char *shape = ch->group_mode ? "groups" : o->via_usr ? "pairs (usr topics)"
-                                                            : "pairs (2-member groups: --via group)";
+  const char *shape = ch->group_mode ? "groups"
+                      : o->via_usr   ? "pairs (usr topics)"
+                                     : "pairs (2-member groups: --via group)";
   snprintf(human, sizeof human,
            "%s: %u connections in %u %s, %u each, %u senders, target %.0f msg/s for %.1f s "
            "(after %.1f s warm-up), content %zu B\n"
@@ -379,8 +392,8 @@ static void report(chat *ch) {
            o->warmup_s, o->content_size, (unsigned long long)ch->sent, (double)ch->sent / d,
            (unsigned long long)ch->acked, (unsigned long long)ch->ack_errors,
            (unsigned long long)ch->skipped, (unsigned long long)ch->delivered,
-           (unsigned long long)ch->expected, (unsigned long long)lost,
-           (unsigned long long)ch->dups, (unsigned long long)ch->self, (double)ch->delivered / d,
+           (unsigned long long)ch->expected, (unsigned long long)lost, (unsigned long long)ch->dups,
+           (unsigned long long)ch->self, (double)ch->delivered / d,
            qim_hist_quantile(&ch->lat, .5) / 1e3, qim_hist_quantile(&ch->lat, .9) / 1e3,
            qim_hist_quantile(&ch->lat, .99) / 1e3, qim_hist_quantile(&ch->lat, 1) / 1e3,
            qim_hist_quantile(&ch->ack, .5) / 1e3, qim_hist_quantile(&ch->ack, .9) / 1e3,
@@ -406,9 +419,12 @@ static void finish(chat *ch) {
   close_all(ch);
 }
 
-static void on_fail(void *ud) { finish(ud); }
+static void on_fail(void *ud) {
+  finish(ud);
+}
 
-/* ---- entry ------------------------------------------------------------------------------------ */
+/* ---- entry ------------------------------------------------------------------------------------
+ */
 
 /* Shapes the run from the options; 0, or -EINVAL with a message printed. */
 static int shape(chat *ch, const qim_bench_opts *o) {
@@ -418,8 +434,9 @@ static int shape(chat *ch, const qim_bench_opts *o) {
     ch->nconv = o->groups;
     ch->spg = o->senders;
     if (ch->gsize < 2 || ch->nconv < 1 || ch->spg < 1 || ch->spg > ch->gsize) {
-      fprintf(stderr, "qim-bench: group needs --group-size >= 2, --groups >= 1 and "
-                      "1 <= --senders <= --group-size\n");
+      fprintf(stderr,
+              "qim-bench: group needs --group-size >= 2, --groups >= 1 and "
+              "1 <= --senders <= --group-size\n");
       return -EINVAL;
     }
   } else {
@@ -440,7 +457,8 @@ static int shape(chat *ch, const qim_bench_opts *o) {
   ch->nclients = (uint32_t)conns;
   ch->nsenders = ch->nconv * ch->spg;
   if (ch->nacct < ch->nclients) {
-    fprintf(stderr, "qim-bench: %u accounts needed, %s has %zu (run `qim-bench accounts --count %u`)\n",
+    fprintf(stderr,
+            "qim-bench: %u accounts needed, %s has %zu (run `qim-bench accounts --count %u`)\n",
             ch->nclients, o->accounts_file, ch->nacct, ch->nclients);
     return -EINVAL;
   }
@@ -496,7 +514,8 @@ int qim_bench_chat(const qim_bench_opts *o) {
   ch->run.on_fail = on_fail;
   ch->run.fail_ud = ch;
   setup_senders(ch);
-  qim_bench_run_watchdog(&ch->run, o->setup_timeout_s, "setup did not finish within --setup-timeout");
+  qim_bench_run_watchdog(&ch->run, o->setup_timeout_s,
+                         "setup did not finish within --setup-timeout");
   start_phase(ch, PH_CONNECT);
   int status = qim_bench_run_loop(&ch->run);
   qim_bench_run_free(&ch->run);

@@ -84,8 +84,10 @@ static void on_close(qim_bench_conn *conn, qim_bench_end why, int err) {
   qim_bench_run_count_end(&c->e->run, why);
   bool was_open = c->open;
   c->open = false;
-  if (!was_open) qim_bench_pacer_done(&c->e->pacer, false);
-  else if (c->e->step < 3) qim_bench_run_fail(&c->e->run, "a connection closed during the run");
+  if (!was_open)
+    qim_bench_pacer_done(&c->e->pacer, false);
+  else if (c->e->step < 3)
+    qim_bench_run_fail(&c->e->run, "a connection closed during the run");
 }
 
 static const qim_bench_conn_cbs cbs = {on_open, on_text, on_close};
@@ -174,7 +176,9 @@ static void finish(echo *e) {
   uv_close((uv_handle_t *)&e->run.watchdog, NULL);
 }
 
-static void on_fail(void *ud) { finish(ud); }
+static void on_fail(void *ud) {
+  finish(ud);
+}
 
 int qim_bench_echo(const qim_bench_opts *o) {
   if (o->users < 1 || o->users > QIM_BENCH_MAX_CONNS || o->window < 1 || o->window > MAX_WINDOW) {
@@ -199,7 +203,8 @@ int qim_bench_echo(const qim_bench_opts *o) {
   e->tick.data = e;
   e->run.on_fail = on_fail;
   e->run.fail_ud = e;
-  qim_bench_run_watchdog(&e->run, o->setup_timeout_s, "setup did not finish within --setup-timeout");
+  qim_bench_run_watchdog(&e->run, o->setup_timeout_s,
+                         "setup did not finish within --setup-timeout");
   qim_bench_pacer_start(&e->pacer, e->n, o->concurrency, issue, all_open, e);
   int status = qim_bench_run_loop(&e->run);
   qim_bench_run_free(&e->run);

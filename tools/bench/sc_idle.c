@@ -42,7 +42,9 @@ static void on_ready(qim_bench_client *c) {
   qim_bench_pacer_done(&s->pacer, true);
 }
 
-static void on_failed(qim_bench_client *c) { qim_bench_pacer_done(&((idle *)c->ud)->pacer, false); }
+static void on_failed(qim_bench_client *c) {
+  qim_bench_pacer_done(&((idle *)c->ud)->pacer, false);
+}
 
 static void on_closed(qim_bench_client *c) {
   idle *s = c->ud;
@@ -92,10 +94,11 @@ static void report(idle *s) {
   double setup_s = (double)(s->t_ready_us - s->t_connect_us) / 1e6;
   qim_bench_kv(r, "setup_s", "%.2f", setup_s);
   char human[1024];
-  int len = snprintf(human, sizeof human,
-                     "idle: %u of %u connections logged in within %.2f s and held %.1f s; %u closed "
-                     "early\n",
-                     s->ready, s->n, setup_s, s->o->duration_s, s->closed_early);
+  int len =
+      snprintf(human, sizeof human,
+               "idle: %u of %u connections logged in within %.2f s and held %.1f s; %u closed "
+               "early\n",
+               s->ready, s->n, setup_s, s->o->duration_s, s->closed_early);
   if (s->have_base && r->srv_ok && s->ready) {
     double per = ((double)r->srv_b.rss_kb - (double)s->base.rss_kb) * 1024.0 / s->ready;
     qim_bench_kv(r, "server_rss_base_kb", "%llu", (unsigned long long)s->base.rss_kb);
@@ -128,7 +131,9 @@ static void finish(idle *s) {
   close_all(s);
 }
 
-static void on_fail(void *ud) { finish(ud); }
+static void on_fail(void *ud) {
+  finish(ud);
+}
 
 int qim_bench_idle(const qim_bench_opts *o) {
   if (o->users < 1 || o->users > QIM_BENCH_MAX_CONNS) {
@@ -141,7 +146,9 @@ int qim_bench_idle(const qim_bench_opts *o) {
   int rc = qim_bench_accounts_load(o->accounts_file, &s->accts, &s->nacct);
   if (rc || s->nacct == 0 || qim_bench_run_init(&s->run, o)) {
     fprintf(stderr, "qim-bench: no accounts in %s%s%s\n", o->accounts_file, rc ? ": " : "",
-            rc == -EINVAL ? "malformed line" : rc ? strerror(-rc) : "");
+            rc == -EINVAL ? "malformed line"
+            : rc          ? strerror(-rc)
+                          : "");
     qim_bench_accounts_free(s->accts, s->nacct);
     qim_free(s);
     return 2;
@@ -153,7 +160,8 @@ int qim_bench_idle(const qim_bench_opts *o) {
   s->run.fail_ud = s;
   s->have_base = o->server_pid > 0 && qim_proc_sample_read(o->server_pid, &s->base) == 0;
   s->t_connect_us = qim_bench_now_us();
-  qim_bench_run_watchdog(&s->run, o->setup_timeout_s, "setup did not finish within --setup-timeout");
+  qim_bench_run_watchdog(&s->run, o->setup_timeout_s,
+                         "setup did not finish within --setup-timeout");
   qim_bench_pacer_start(&s->pacer, s->n, o->concurrency, issue, all_started, s);
   int status = qim_bench_run_loop(&s->run);
   qim_bench_run_free(&s->run);

@@ -12,7 +12,8 @@
 
 #include "qim/ids.h"
 
-/* ---- a bounded output cursor ------------------------------------------------------------------ */
+/* ---- a bounded output cursor ------------------------------------------------------------------
+ */
 
 typedef struct out {
   char *p;
@@ -30,7 +31,9 @@ static void put(out *o, const char *s, size_t n) {
   o->p[o->len] = '\0';
 }
 
-static void puts_(out *o, const char *s) { put(o, s, strlen(s)); }
+static void puts_(out *o, const char *s) {
+  put(o, s, strlen(s));
+}
 
 __attribute__((format(printf, 2, 3))) static void putf(out *o, const char *f, ...) {
   if (o->full) return;
@@ -62,7 +65,9 @@ static void put_str(out *o, const char *s) {
   put(o, "\"", 1);
 }
 
-static int done(out *o) { return o->full ? -ENOSPC : (int)o->len; }
+static int done(out *o) {
+  return o->full ? -ENOSPC : (int)o->len;
+}
 
 static out start(char *p, size_t cap) {
   out o = {p, cap, 0, cap == 0};
@@ -70,7 +75,8 @@ static out start(char *p, size_t cap) {
   return o;
 }
 
-/* ---- builders --------------------------------------------------------------------------------- */
+/* ---- builders ---------------------------------------------------------------------------------
+ */
 
 void qim_tframe_cmid(const uint8_t b[16], char out_[QIM_TFRAME_CMID_LEN + 1]) {
   if (qim_b64url_encode(b, 16, out_, QIM_TFRAME_CMID_LEN + 1) < 0) out_[0] = '\0';
@@ -136,7 +142,8 @@ int qim_tframe_sub(char *p, size_t cap, const char *id, const char *topic) {
   put_str(&o, id);
   puts_(&o, ",\"topic\":");
   put_str(&o, topic);
-  if (strncmp(topic, "new", 3) == 0) puts_(&o, ",\"set\":{\"desc\":{\"public\":{\"fn\":\"bench\"}}}");
+  if (strncmp(topic, "new", 3) == 0)
+    puts_(&o, ",\"set\":{\"desc\":{\"public\":{\"fn\":\"bench\"}}}");
   puts_(&o, "}}");
   return done(&o);
 }
@@ -157,8 +164,8 @@ int qim_tframe_pub(char *p, size_t cap, const qim_tframe_pub_args *a) {
     put_str(&o, a->cmid);
   }
   size_t content_at = o.len + strlen(",\"content\":");
-  putf(&o, ",\"content\":{\"qbt\":%llu,\"qbs\":%u,\"qbn\":%llu,\"txt\":\"", (unsigned long long)a->due_us,
-       a->sender, (unsigned long long)a->n);
+  putf(&o, ",\"content\":{\"qbt\":%llu,\"qbs\":%u,\"qbn\":%llu,\"txt\":\"",
+       (unsigned long long)a->due_us, a->sender, (unsigned long long)a->n);
   /* Pad so the content object (up to and including its closing brace) is content_size. */
   size_t have = o.len - content_at + 2;
   size_t pad = a->content_size > have ? a->content_size - have : 0;
@@ -173,7 +180,8 @@ int qim_tframe_pub(char *p, size_t cap, const qim_tframe_pub_args *a) {
   return done(&o);
 }
 
-/* ---- parsing ---------------------------------------------------------------------------------- */
+/* ---- parsing ----------------------------------------------------------------------------------
+ */
 
 /* The integer after `"key":` in s[0..len), or -1. */
 static int64_t scan_int(const char *s, size_t len, const char *key) {

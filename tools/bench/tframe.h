@@ -44,19 +44,20 @@ int qim_tframe_sub(char *out, size_t cap, const char *id, const char *topic);
 
 /* The benchmark fields of one {pub}. */
 typedef struct qim_tframe_pub_args {
-  const char *id;     /* request id, or NULL for no ack */
+  const char *id; /* request id, or NULL for no ack */
   const char *topic;
-  const char *cmid;   /* 22 characters, or NULL to leave it out */
+  const char *cmid; /* 22 characters, or NULL to leave it out */
   bool noecho;
-  uint64_t due_us;    /* "qbt" */
-  uint32_t sender;    /* "qbs" */
-  uint64_t n;         /* "qbn" */
+  uint64_t due_us;     /* "qbt" */
+  uint32_t sender;     /* "qbs" */
+  uint64_t n;          /* "qbn" */
   size_t content_size; /* pad the content object to about this many bytes */
 } qim_tframe_pub_args;
 
 int qim_tframe_pub(char *out, size_t cap, const qim_tframe_pub_args *a);
 
-/* ---- reading server frames -------------------------------------------------------------------- */
+/* ---- reading server frames --------------------------------------------------------------------
+ */
 
 typedef enum qim_tframe_kind {
   QIM_TFRAME_OTHER = 0, /* parsed, but not a kind qim-bench reads */
@@ -70,13 +71,13 @@ typedef enum qim_tframe_kind {
 /* What qim-bench reads from one server frame. Absent strings are "", absent numbers -1. */
 typedef struct qim_tframe_msg {
   qim_tframe_kind kind;
-  int code;          /* ctrl.code */
-  char id[65];       /* ctrl/meta id */
-  char topic[65];    /* ctrl/data topic */
-  char text[64];     /* ctrl.text (cut) */
-  int64_t seq;       /* ctrl.params.seq or data.seq */
-  char user[65];     /* ctrl.params.user */
-  char token[513];   /* ctrl.params.token */
+  int code;              /* ctrl.code */
+  char id[65];           /* ctrl/meta id */
+  char topic[65];        /* ctrl/data topic */
+  char text[64];         /* ctrl.text (cut) */
+  int64_t seq;           /* ctrl.params.seq or data.seq */
+  char user[65];         /* ctrl.params.user */
+  char token[513];       /* ctrl.params.token */
   int64_t qbt, qbs, qbn; /* data.content markers */
 } qim_tframe_msg;
 

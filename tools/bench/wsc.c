@@ -16,7 +16,8 @@
 
 #define HEAD_MAX 8192
 
-/* ---- handshake -------------------------------------------------------------------------------- */
+/* ---- handshake --------------------------------------------------------------------------------
+ */
 
 void qim_wsc_key(const uint8_t nonce[16], char out[QIM_WSC_KEY_LEN + 1]) {
   /* 16 bytes give exactly 24 characters with padding, so this cannot fail. */
@@ -71,14 +72,16 @@ int qim_wsc_response(const char *buf, size_t len, const char *key, size_t *head_
   if (code != 101) return -ECONNREFUSED;
   char want[QIM_HTTP_ACCEPT_LEN + 1];
   qim_http_accept_key(key, want);
-  if (!header_is(buf, end, "Upgrade", "websocket") || !header_is(buf, end, "Connection", "Upgrade") ||
+  if (!header_is(buf, end, "Upgrade", "websocket") ||
+      !header_is(buf, end, "Connection", "Upgrade") ||
       !header_is(buf, end, "Sec-WebSocket-Accept", want))
     return -EPROTO;
   *head_len = (size_t)(end - buf);
   return 0;
 }
 
-/* ---- client frames ---------------------------------------------------------------------------- */
+/* ---- client frames ----------------------------------------------------------------------------
+ */
 
 size_t qim_wsc_encode(uint8_t *out, int opcode, const void *payload, size_t len, uint32_t mask) {
   size_t h = 0;
@@ -93,7 +96,8 @@ size_t qim_wsc_encode(uint8_t *out, int opcode, const void *payload, size_t len,
     out[h++] = 0x80 | 127;
     for (int i = 7; i >= 0; i--) out[h++] = (uint8_t)((uint64_t)len >> (8 * i));
   }
-  uint8_t m[4] = {(uint8_t)(mask >> 24), (uint8_t)(mask >> 16), (uint8_t)(mask >> 8), (uint8_t)mask};
+  uint8_t m[4] = {(uint8_t)(mask >> 24), (uint8_t)(mask >> 16), (uint8_t)(mask >> 8),
+                  (uint8_t)mask};
   memcpy(out + h, m, 4);
   h += 4;
   const uint8_t *src = payload;
@@ -101,7 +105,8 @@ size_t qim_wsc_encode(uint8_t *out, int opcode, const void *payload, size_t len,
   return h + len;
 }
 
-/* ---- parsing server frames -------------------------------------------------------------------- */
+/* ---- parsing server frames --------------------------------------------------------------------
+ */
 
 void qim_wsc_parser_init(qim_wsc_parser *p, size_t max_message) {
   memset(p, 0, sizeof *p);
@@ -242,7 +247,7 @@ int qim_wsc_parse(qim_wsc_parser *p, const uint8_t *data, size_t len, const qim_
     if (rc == 0) rc = carry(p, p->buf_ + used, p->len_ - used);
   }
   if (rc < 0) p->err_ = rc;
-  if (rc) p->len_ = 0; /* stopped: the rest of the input is not looked at */
+  if (rc) p->len_ = 0;                   /* stopped: the rest of the input is not looked at */
   if (p->len_ == 0 && p->cap_ > 65536) { /* do not keep a large buffer while idle */
     qim_free(p->buf_);
     p->buf_ = NULL;
@@ -251,7 +256,9 @@ int qim_wsc_parse(qim_wsc_parser *p, const uint8_t *data, size_t len, const qim_
   return rc;
 }
 
-size_t qim_wsc_parser_buffered(const qim_wsc_parser *p) { return p->len_ + p->msg_len_; }
+size_t qim_wsc_parser_buffered(const qim_wsc_parser *p) {
+  return p->len_ + p->msg_len_;
+}
 
 void qim_wsc_parser_free(qim_wsc_parser *p) {
   if (!p) return;

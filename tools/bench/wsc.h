@@ -26,7 +26,8 @@ enum {
 /* Largest client frame header: 2 bytes + 64-bit length + 4-byte mask. */
 #define QIM_WSC_MAX_HEADER 14
 
-/* ---- handshake -------------------------------------------------------------------------------- */
+/* ---- handshake --------------------------------------------------------------------------------
+ */
 
 /* Sec-WebSocket-Key text: base64 of 16 bytes, 24 characters + NUL. */
 #define QIM_WSC_KEY_LEN 24
@@ -52,7 +53,8 @@ int qim_wsc_request(char *out, size_t cap, const char *host, const char *path, c
  */
 int qim_wsc_response(const char *buf, size_t len, const char *key, size_t *head_len, int *status);
 
-/* ---- client frames ---------------------------------------------------------------------------- */
+/* ---- client frames ----------------------------------------------------------------------------
+ */
 
 /*
  * Encodes one complete (FIN) client frame with masking key `mask` into `out`, which must
@@ -61,7 +63,8 @@ int qim_wsc_response(const char *buf, size_t len, const char *key, size_t *head_
  */
 size_t qim_wsc_encode(uint8_t *out, int opcode, const void *payload, size_t len, uint32_t mask);
 
-/* ---- parsing server frames -------------------------------------------------------------------- */
+/* ---- parsing server frames --------------------------------------------------------------------
+ */
 
 /*
  * Callbacks of qim_wsc_parse; `data` is valid only during the call. Returning non-zero

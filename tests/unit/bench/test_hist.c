@@ -84,12 +84,14 @@ static void test_merge_adds_counts_and_extremes(void **state) {
   assert_true(qim_hist_quantile(&a, 0.95) >= 5000);
 }
 
-/* ---- /proc ------------------------------------------------------------------------------------ */
+/* ---- /proc ------------------------------------------------------------------------------------
+ */
 
 static void test_stat_with_spaces_and_parens_in_the_name(void **state) {
   (void)state;
-  const char stat[] = "4242 (qim d) (x)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 150 0 0 20 0 9 "
-                      "0 100 1000000 300 18446744073709551615";
+  const char stat[] =
+      "4242 (qim d) (x)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 150 0 0 20 0 9 "
+      "0 100 1000000 300 18446744073709551615";
   double cpu = 0;
   assert_int_equal(qim_proc_parse_stat(stat, 100.0, &cpu), 0);
   assert_true(cpu > 3.999 && cpu < 4.001); /* (250 + 150) / 100 */
@@ -113,7 +115,8 @@ static void test_status_keys(void **state) {
 
 static void test_sockstat_line(void **state) {
   (void)state;
-  const char text[] = "sockets: used 16\nTCP: inuse 5 orphan 0 tw 1 alloc 7 mem 36\nUDP: inuse 0 mem 0\n";
+  const char text[] =
+      "sockets: used 16\nTCP: inuse 5 orphan 0 tw 1 alloc 7 mem 36\nUDP: inuse 0 mem 0\n";
   qim_sock_sample s = {0};
   assert_int_equal(qim_sock_parse_sockstat(text, &s), 0);
   assert_int_equal(s.tcp_inuse, 5);

@@ -116,10 +116,10 @@ static void test_builders_report_a_short_buffer(void **state) {
 
 static void test_gateway_data_frame_reads_markers_on_the_fast_path(void **state) {
   (void)state;
-  json_t *content = json_pack("{s:I,s:i,s:i,s:s}", "qbt", (json_int_t)987654321012, "qbs", 3,
-                              "qbn", 11, "txt", "x\"seq\":5");
-  qim_proto_data_frame d = {.topic = "grpAAA", .from = "usrB", .ts_ms = 1700000000000ull,
-                            .seq = 77, .content = content};
+  json_t *content = json_pack("{s:I,s:i,s:i,s:s}", "qbt", (json_int_t)987654321012, "qbs", 3, "qbn",
+                              11, "txt", "x\"seq\":5");
+  qim_proto_data_frame d = {
+      .topic = "grpAAA", .from = "usrB", .ts_ms = 1700000000000ull, .seq = 77, .content = content};
   size_t len = 0;
   char *frame = qim_proto_data(&d, &len);
   qim_tframe_msg m;
@@ -145,7 +145,8 @@ static void test_gateway_data_frame_reads_markers_on_the_fast_path(void **state)
 
 static void test_data_with_another_key_first_reads_the_slow_way(void **state) {
   (void)state;
-  const char f[] = "{ \"extra\":1, \"data\":{\"seq\":4,\"content\":{\"qbn\":9,\"qbt\":5,\"qbs\":1}}}";
+  const char f[] =
+      "{ \"extra\":1, \"data\":{\"seq\":4,\"content\":{\"qbn\":9,\"qbt\":5,\"qbs\":1}}}";
   qim_tframe_msg m;
   assert_int_equal(qim_tframe_parse(f, strlen(f), &m), 0);
   assert_int_equal(m.kind, QIM_TFRAME_DATA);

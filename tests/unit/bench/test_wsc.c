@@ -52,7 +52,8 @@ static int got_ctl(void *ud, int opcode, const uint8_t *data, size_t len) {
 
 static const qim_wsc_events events = {got_msg, got_ctl};
 
-/* Feeds `buf` to a fresh parser in steps of `step` bytes (0 = whole); returns the first non-zero. */
+/* Feeds `buf` to a fresh parser in steps of `step` bytes (0 = whole); returns the first non-zero.
+ */
 static int feed(const uint8_t *buf, size_t len, size_t step, size_t max, got *g) {
   qim_wsc_parser p;
   qim_wsc_parser_init(&p, max);
@@ -91,7 +92,9 @@ static int srv_msg(void *ud, int opcode, uint8_t *data, size_t len) {
   return 0;
 }
 
-static int srv_ctl(void *ud, int opcode, uint8_t *data, size_t len) { return srv_msg(ud, opcode, data, len); }
+static int srv_ctl(void *ud, int opcode, uint8_t *data, size_t len) {
+  return srv_msg(ud, opcode, data, len);
+}
 
 static void test_client_frames_of_every_length_form_parse_on_the_gateway(void **state) {
   (void)state;
@@ -155,7 +158,8 @@ static void test_gateway_frames_parse_whole_and_byte_by_byte(void **state) {
 
 static void test_fragments_are_reassembled_around_a_control_frame(void **state) {
   (void)state;
-  /* "Hel" (TEXT, no FIN) + ping + "lo" (CONT, FIN), written by hand: the gateway never fragments. */
+  /* "Hel" (TEXT, no FIN) + ping + "lo" (CONT, FIN), written by hand: the gateway never fragments.
+   */
   const uint8_t buf[] = {0x01, 3, 'H', 'e', 'l', 0x89, 1, '!', 0x80, 2, 'l', 'o'};
   for (size_t step = 0; step <= 3; step++) {
     got g = {0};
@@ -249,7 +253,8 @@ static void test_split_frame_is_buffered_until_complete(void **state) {
   qim_wsc_parser_free(&p);
 }
 
-/* ---- handshake -------------------------------------------------------------------------------- */
+/* ---- handshake --------------------------------------------------------------------------------
+ */
 
 static void test_gateway_101_is_accepted_and_frames_after_it_are_left(void **state) {
   (void)state;
@@ -294,12 +299,14 @@ static void test_refusals_and_garbage_are_reported(void **state) {
   const char forbidden[] = "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n";
   size_t head = 0;
   int status = 0;
-  assert_int_equal(qim_wsc_response(forbidden, strlen(forbidden), k, &head, &status), -ECONNREFUSED);
+  assert_int_equal(qim_wsc_response(forbidden, strlen(forbidden), k, &head, &status),
+                   -ECONNREFUSED);
   assert_int_equal(status, 403);
   const char garbage[] = "SSH-2.0-OpenSSH\r\n\r\n";
   assert_int_equal(qim_wsc_response(garbage, strlen(garbage), k, &head, &status), -EPROTO);
   const char no_upgrade[] =
-      "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
+      "HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: "
+      "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
   assert_int_equal(qim_wsc_response(no_upgrade, strlen(no_upgrade), k, &head, &status), -EPROTO);
   static char endless[9000];
   memset(endless, 'a', sizeof endless);
