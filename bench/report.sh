@@ -142,7 +142,7 @@ section "Problems seen"
 echo "| Run | errors | codes, connection ends, duplicates | status |"
 echo "|---|---|---|---|"
 cut -f1,3 "$RESULTS" | while IFS=$'\t' read -r id l; do
-  codes=$(echo "$l" | tr ' ' '\n' | grep -E '^(ctrl_|end_|bad_frames|dups|self)' | grep -v '=0$' | tr '\n' ' ' || true)
+  codes=$(echo "$l" | tr ' ' '\n' | grep -E '^(ctrl_|end_|bad_frames|dups|late|too_late|self|unknown|foreign)' | grep -v '=0$' | tr '\n' ' ' || true)
   st=$(echo "$l" | tr ' ' '\n' | sed -n 's/^status=//p')
   errs=$(echo "$l" | tr ' ' '\n' | sed -n 's/^errors=//p')
   if [ -n "$codes" ] || [ "$st" != ok ]; then echo "| $id | ${errs:-0} | $codes | $st |"; fi

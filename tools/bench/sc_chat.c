@@ -28,6 +28,7 @@
 #include "bench.h"
 #include "qim/ids.h"
 #include "qim/mem.h"
+#include "seen.h"
 
 #define MAX_INFLIGHT 4096
 #define MAX_PENDING (1u << 20)
@@ -60,9 +61,9 @@ struct chat {
   size_t nacct;
   qim_bench_client *clients;
   uint32_t *inflight; /* unacked pubs per client */
-  /* Highest message number seen by client i from the j-th sender of its conversation,
-   * at last_n[i * spg + j] (-1: none yet); tells duplicates and reordering apart. */
-  int64_t *last_n;
+  /* What client i has had from the j-th sender of its conversation, at seen[i * spg + j]:
+   * tells fresh deliveries from duplicates and from reordered ones. */
+  qim_seen *seen;
   uint32_t nclients, nconv, gsize, spg; /* spg: senders per conversation */
   conv *convs;
   sender *senders;
@@ -73,7 +74,7 @@ struct chat {
   uint8_t nonce[8];
   /* Counters (measured = due inside the measured window). */
   uint64_t sent_total, sent, acked, ack_errors, expected, delivered, delivered_all, foreign,
-      skipped, dups, self, unknown;
+      skipped, dups, late, old, self, unknown;
   qim_hist lat, ack, lag;
   uv_timer_t tick; /* phase transitions and drain checks */
 };
@@ -164,13 +165,23 @@ static void on_data(qim_bench_client *c, const qim_tframe_msg *m) {
     ch->self++;
     return;
   }
-  uint32_t j = s->q % ch->spg;
-  int64_t *last = &ch->last_n[(size_t)c->index * ch->spg + j];
-  if (s->conv != c->index / ch->gsize || m->qbn <= *last) { /* not ours, or seen/overtaken */
-    ch->dups++;
+  if (s->conv != c->index / ch->gsize) { /* a conversation this client is not in */
+    ch->unknown++;
     return;
   }
-  *last = m->qbn;
+  switch (qim_seen_mark(&ch->seen[(size_t)c->index * ch->spg + s->q % ch->spg], m->qbn)) {
+    case QIM_SEEN_NEW:
+      break;
+    case QIM_SEEN_LATE:
+      ch->late++;
+      break; /* delivered, but after a later message */
+    case QIM_SEEN_DUP:
+      ch->dups++;
+      return;
+    case QIM_SEEN_OLD:
+      ch->old++;
+      return;
+  }
   ch->delivered_all++;
   if ((uint64_t)m->qbt < ch->measure_from_us || (uint64_t)m->qbt >= ch->send_until_us) return;
   ch->delivered++;
@@ -365,6 +376,8 @@ static void report(chat *ch) {
   uint64_t lost = ch->expected > ch->delivered ? ch->expected - ch->delivered : 0;
   qim_bench_kv(r, "lost", "%llu", (unsigned long long)lost);
   qim_bench_kv(r, "dups", "%llu", (unsigned long long)ch->dups);
+  qim_bench_kv(r, "late", "%llu", (unsigned long long)ch->late);
+  if (ch->old) qim_bench_kv(r, "too_late", "%llu", (unsigned long long)ch->old);
   qim_bench_kv(r, "self", "%llu", (unsigned long long)ch->self);
   if (ch->foreign) qim_bench_kv(r, "foreign", "%llu", (unsigned long long)ch->foreign);
   if (ch->unknown) qim_bench_kv(r, "unknown", "%llu", (unsigned long long)ch->unknown);
@@ -383,7 +396,7 @@ static void report(chat *ch) {
            "%s: %u connections in %u %s, %u each, %u senders, target %.0f msg/s for %.1f s "
            "(after %.1f s warm-up), content %zu B\n"
            "  sent %llu (%.0f/s), acked %llu, errors %llu, skipped %llu\n"
-           "  delivered %llu of %llu expected (%llu lost; %llu duplicate or out of order, "
+           "  delivered %llu of %llu expected (%llu lost; %llu duplicates, %llu out of order, "
            "%llu echoed to the sender): %.0f deliveries/s\n"
            "  send->delivery ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n"
            "  send->ack ms:      p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n"
@@ -393,7 +406,7 @@ static void report(chat *ch) {
            (unsigned long long)ch->acked, (unsigned long long)ch->ack_errors,
            (unsigned long long)ch->skipped, (unsigned long long)ch->delivered,
            (unsigned long long)ch->expected, (unsigned long long)lost, (unsigned long long)ch->dups,
-           (unsigned long long)ch->self, (double)ch->delivered / d,
+           (unsigned long long)ch->late, (unsigned long long)ch->self, (double)ch->delivered / d,
            qim_hist_quantile(&ch->lat, .5) / 1e3, qim_hist_quantile(&ch->lat, .9) / 1e3,
            qim_hist_quantile(&ch->lat, .99) / 1e3, qim_hist_quantile(&ch->lat, 1) / 1e3,
            qim_hist_quantile(&ch->ack, .5) / 1e3, qim_hist_quantile(&ch->ack, .9) / 1e3,
@@ -499,8 +512,8 @@ int qim_bench_chat(const qim_bench_opts *o) {
   }
   ch->clients = qim_calloc(ch->nclients, sizeof *ch->clients);
   ch->inflight = qim_calloc(ch->nclients, sizeof *ch->inflight);
-  ch->last_n = qim_malloc((size_t)ch->nclients * ch->spg * sizeof *ch->last_n);
-  for (size_t i = 0; i < (size_t)ch->nclients * ch->spg; i++) ch->last_n[i] = -1;
+  ch->seen = qim_malloc((size_t)ch->nclients * ch->spg * sizeof *ch->seen);
+  for (size_t i = 0; i < (size_t)ch->nclients * ch->spg; i++) qim_seen_init(&ch->seen[i]);
   ch->convs = qim_calloc(ch->nconv, sizeof *ch->convs);
   ch->senders = qim_calloc(ch->nsenders, sizeof *ch->senders);
   qim_u128 nonce = qim_u128_random();
@@ -522,7 +535,7 @@ int qim_bench_chat(const qim_bench_opts *o) {
   qim_bench_accounts_free(ch->accts, ch->nacct);
   qim_free(ch->clients);
   qim_free(ch->inflight);
-  qim_free(ch->last_n);
+  qim_free(ch->seen);
   qim_free(ch->convs);
   qim_free(ch->senders);
   qim_free(ch);
