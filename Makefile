@@ -6,6 +6,8 @@
 #                message at a time); BENCH_DIR must be on a real disk (default /tmp), never tmpfs
 #   make bench-commit  sends/s through the full commit on SQLite, concurrent senders, then with
 #                10% duplicate retries (bench/commit.c; BENCH_ARGS e.g. "--senders 16")
+#   make bench   every benchmark of bench/README.md; rewrites BENCHMARKS.md (bench/run.sh;
+#                BENCH_ARGS=--quick for a fast check of the harness)
 #   make bench-fanout  the materialization benchmark (mailbox entries/s for a 1,000-member group,
 #                BENCH_MESSAGES messages per layout, default 200); BENCH_DIR as above
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
@@ -14,7 +16,7 @@ JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean bench-store bench-commit bench-fanout
+.PHONY: deps build san run test test-gcc test-san clean bench bench-store bench-commit bench-fanout bench-store bench-commit bench-fanout
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
 BENCH_MESSAGES ?= 200
@@ -45,6 +47,9 @@ test-san: san
 # Both builds always run, so one failure does not hide the other's results.
 test: deps
 	@status=0; $(MAKE) test-gcc || status=1; $(MAKE) test-san || status=1; exit $$status
+
+bench: build
+	BENCH_DIR=$(BENCH_DIR) bench/run.sh $(BENCH_ARGS)
 
 bench-store: build
 	./build/bench/qim-bench-store $(BENCH_DIR) $(BENCH_SECONDS)
