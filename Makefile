@@ -16,7 +16,7 @@ JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean bench bench-store bench-commit bench-fanout bench-store bench-commit bench-fanout
+.PHONY: deps build san run test test-gcc test-san clean bench bench-store bench-commit bench-fanout
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
 BENCH_MESSAGES ?= 200
