@@ -32,6 +32,7 @@
 
 typedef struct qim_store qim_store;
 typedef struct qim_store_vtable qim_store_vtable;
+typedef struct qim_store_stats qim_store_stats;
 
 /* Every backend instance starts with this header. */
 struct qim_store {
@@ -469,6 +470,8 @@ struct qim_store_vtable {
     int (*watermark_get)(qim_store *, qim_store_watermark_get_req *);
     int (*watermark_advance)(qim_store *, qim_store_watermark_advance_req *);
   } mailboxes;
+  /* Backend-wide counters (qim_store_get_stats). */
+  void (*stats)(qim_store *, qim_store_stats *out);
   /* Waits for queued work, stops threads, frees the instance. */
   void (*close)(qim_store *);
 };
@@ -492,10 +495,15 @@ int qim_store_open(const char *url, const qim_store_options *opt, qim_store **ou
 static inline void qim_store_close(qim_store *s) { if (s) s->vt->close(s); }
 
 /* Counters for tests and benchmarks (backend-wide, monotonic). */
-typedef struct qim_store_stats {
-  uint64_t operations, transactions, fsyncs, failed_operations, rejected_backpressure;
+struct qim_store_stats {
+  uint64_t operations;            /* write operations executed (each in a transaction) */
+  uint64_t transactions;          /* write transactions (batches) attempted */
+  uint64_t fsyncs;                /* durable commits (sqlite: COMMIT under synchronous=FULL) */
+  uint64_t failed_operations;     /* write operations completed with a non-zero status */
+  uint64_t rejected_backpressure; /* submissions refused with -EAGAIN (queue full) */
+  uint64_t reads;                 /* read operations executed */
   uint64_t batch_hist[8]; /* batches of size 1, 2-3, 4-7, 8-15, 16-63, 64-255, 256-1023, 1024+ */
-} qim_store_stats;
+};
 void qim_store_get_stats(qim_store *s, qim_store_stats *out);
 
 /* Blocking wrapper: QIM_STORE_SYNC(store, intents.reserve, &r) submits and waits for the

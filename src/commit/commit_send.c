@@ -1,0 +1,534 @@
+/*
+ * commit_send.c — the sending side up to reserve: the checks a client send must pass
+ * (cmid, size, mentions, rate limit, clock, write permission, references), the
+ * proposal that fixes the message once and for all, the reserve itself and what its
+ * three answers (Fresh / Existing / Committed) mean for the caller.
+ *
+ * Cheap checks answer synchronously; those that read the store run as a chain of
+ * store calls completing on the caller's queue. A retry of a key this process is
+ * already driving never reaches the store: it waits on the live entry (after the
+ * content comparison that makes a reused cmid a 409).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "commit/commit_int.h"
+#include "qim/err.h"
+#include "qim/ids.h"
+#include "qim/log.h"
+#include "qim/mem.h"
+#include "qim/record.h"
+
+/* Seqs stay below this: the Tinode SDK uses larger values for local messages. */
+#define SEQ_LIMIT UINT64_C(0x0FFFFFFF)
+
+static void send_reserve(qim__commit_send *x);
+
+static size_t content_size(const qim_message_content *m) {
+  size_t n = m->payload_or_ciphertext.n;
+  if (m->has_media_metadata) n += m->media_metadata.n;
+  if (m->custom_type) n += strlen(m->custom_type);
+  return n;
+}
+
+/* ---- completion ---------------------------------------------------------------------- */
+
+static void op_item_run(qim_cq_item *it) {
+  qim_commit_op *op = (qim_commit_op *)((char *)it - offsetof(qim_commit_op, item_));
+  op->done(op);
+}
+
+static void send_free(qim__commit_send *x) {
+  qim_store_conversation_free(&x->conv);
+  qim_store_member_free(&x->member);
+  qim_delivery_audience_free(&x->proposal.delivery.audience);
+  qim_free(x);
+}
+
+void qim__send_finish(qim__commit_send *x, int status, const qim_error *err,
+                      const qim_committed_message *ack) {
+  qim_commit_op *op = x->op;
+  qim_commit_result *r = &op->result;
+  memset(r, 0, sizeof *r);
+  r->status = status;
+  if (err) r->error = *err;
+  r->error.code = status;
+  r->reserve = x->outcome;
+  if (status == 0 && ack) r->ack = *ack;
+  static const char *const kinds[] = {"fresh", "existing", "committed"};
+  if (status == 0) {
+    QIM__COUNT(x->c, acks);
+    QIM_LOGI(&x->trace, "commit.acked", "kind=%s seq=%llu", kinds[x->outcome],
+             (unsigned long long)r->ack.coordinates.conversation_seq);
+  } else {
+    QIM__COUNT(x->c, refused);
+    QIM_LOGI(&x->trace, "commit.failed", "kind=%s err=%s", kinds[x->outcome], qim_err_name(status));
+  }
+  op->priv_ = NULL;
+  send_free(x);
+  op->item_.run = op_item_run;
+  qim_cq_post(op->cq, &op->item_);
+}
+
+static void send_fail(qim__commit_send *x, int status) { qim__send_finish(x, status, NULL, NULL); }
+
+/* A synchronous refusal: the result is set and `done` never runs. */
+static int refuse(qim_commit *c, qim_commit_op *op, int status, const qim_error *err,
+                  const qim_trace_id *trace) {
+  memset(&op->result, 0, sizeof op->result);
+  if (err) op->result.error = *err;
+  op->result.status = op->result.error.code = status;
+  QIM__COUNT(c, refused);
+  QIM_LOGI(trace, "commit.refused", "err=%s", qim_err_name(status));
+  return status;
+}
+
+/* ---- attaching to a live entry ---------------------------------------------------------- */
+
+/* c->mu held. The key is being driven here: wait for it, unless the content differs. */
+static int attach(qim__commit_send *x, qim__commit_entry *e) {
+  const qim_message_content *mine = e->reserved ? &e->intent.record.content : e->proposal_content;
+  qim_conversation_id conv = e->reserved ? e->intent.coordinates.conversation_id : e->proposal_conv;
+  if (!qim_u128_eq(conv.v, x->conv_id.v) || !qim_message_content_equal(mine, x->content))
+    return qim_err_raise(QIM_E_COMMIT_CLIENT_MESSAGE_ID_REUSED);
+  x->outcome = QIM_RESERVE_RESULT_EXISTING;
+  x->entry = e;
+  x->wnext = e->waiters;
+  e->waiters = x;
+  QIM__COUNT(x->c, existing);
+  qim__entry_log(e, "commit.attached", "kind=existing");
+  if (e->failed) qim__entry_resume(x->c, e); /* the caller resumes it now */
+  return 0;
+}
+
+/* ---- store calls of the checks ------------------------------------------------------------ */
+
+/* Points the request head at the caller's queue (after the request was zeroed). */
+static void prep(qim__commit_send *x, void (*done)(qim_store_req *)) {
+  qim_store_req *r = &x->rq.head;
+  r->cq = x->op->cq;
+  r->done = done;
+  r->data = x;
+}
+
+static int map_store_error(int st) {
+  if (st == -ENOENT) return qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED);
+  if (st == QIM_E_MESSAGE_STORE_INVALID_CLIENT_MESSAGE_ID)
+    return qim_err_raise(QIM_E_COMMIT_INVALID_CLIENT_MESSAGE_ID);
+  if (st == QIM_E_COMMIT_PERMISSION_DENIED || st == QIM_E_COMMIT_CLIENT_MESSAGE_ID_REUSED ||
+      st == QIM_E_COMMIT_INVALID_REFERENCE)
+    return st;
+  return qim_err_raise(QIM_E_COMMIT_UNAVAILABLE);
+}
+
+static void reply_checked(qim_store_req *r) {
+  qim__commit_send *x = r->data;
+  qim_store_record_query_req *q = &x->rq.query;
+  bool found = r->status == 0 && q->out_count == 1 &&
+               q->out_records[0].coordinates.conversation_seq == x->reply_seq;
+  int st = r->status;
+  for (size_t i = 0; i < q->out_count; i++) qim_message_record_free(&q->out_records[i]);
+  qim_free(q->out_records);
+  if (st < 0) return send_fail(x, map_store_error(st));
+  if (!found) return send_fail(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
+  send_reserve(x);
+}
+
+/* reply_to must name a record the sender can see: inside its membership window, not
+ * in its own soft-delete log (the store applies both). */
+static void check_reply(qim__commit_send *x) {
+  if (!x->has_reply) return send_reserve(x);
+  if (x->reply_seq == 0 || x->reply_seq >= SEQ_LIMIT)
+    return send_fail(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
+  qim_store_record_query_req *q = &x->rq.query;
+  memset(q, 0, sizeof *q);
+  prep(x, reply_checked);
+  q->tenant_id = x->actor.tenant_id;
+  q->conversation_id = x->conv_id;
+  q->viewer = x->actor.user_id;
+  q->window_low = x->member.joined_at;
+  q->window_high = x->member.has_left_at ? x->member.left_at : SEQ_LIMIT;
+  x->reply_range.low = x->reply_seq;
+  x->reply_range.hi = x->reply_seq + 1;
+  q->ranges = &x->reply_range;
+  q->range_count = 1;
+  q->direction = QIM_HISTORY_DIRECTION_NEWER;
+  q->max_items = 1;
+  q->max_bytes = 1;
+  int rc = x->c->store->vt->history.query(x->c->store, q);
+  if (rc < 0) send_fail(x, map_store_error(rc));
+}
+
+static void check_mentions(qim__commit_send *x);
+
+static void mention_checked(qim_store_req *r) {
+  qim__commit_send *x = r->data;
+  qim_store_member *m = &x->rq.member_get.out;
+  bool member = r->status == 0 && !m->has_left_at;
+  int st = r->status;
+  if (st == 0) qim_store_member_free(m);
+  if (st < 0 && st != -ENOENT) return send_fail(x, map_store_error(st));
+  if (!member) return send_fail(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
+  x->mention_i++;
+  check_mentions(x);
+}
+
+static bool is_direct_user(const qim_store_conversation *cv, qim_user_id u) {
+  return qim_u128_eq(cv->direct_users[0].v, u.v) || qim_u128_eq(cv->direct_users[1].v, u.v);
+}
+
+/* Every mention target must be a current member (a direct conversation: one of its two). */
+static void check_mentions(qim__commit_send *x) {
+  for (; x->mention_i < x->mention_count; x->mention_i++) {
+    qim_user_id u = x->mentions[x->mention_i];
+    if (x->conv.kind == QIM_CONVERSATION_DIRECT) {
+      if (!is_direct_user(&x->conv, u)) return send_fail(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
+      continue;
+    }
+    if (qim_u128_eq(u.v, x->actor.user_id.v)) continue;
+    qim_store_member_get_req *g = &x->rq.member_get;
+    memset(g, 0, sizeof *g);
+    prep(x, mention_checked);
+    g->tenant_id = x->actor.tenant_id;
+    g->conversation_id = x->conv_id;
+    g->user_id = u;
+    int rc = x->c->store->vt->conversations.member_get(x->c->store, g);
+    if (rc < 0) send_fail(x, map_store_error(rc));
+    return;
+  }
+  check_reply(x);
+}
+
+static void member_checked(qim_store_req *r) {
+  qim__commit_send *x = r->data;
+  if (r->status < 0) return send_fail(x, map_store_error(r->status));
+  x->member = x->rq.member_get.out;
+  const qim_store_member *m = &x->member;
+  if (m->has_left_at || m->banned || !(m->mode_want & m->mode_given & QIM_MODE_W))
+    return send_fail(x, qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED));
+  check_mentions(x);
+}
+
+static void conv_checked(qim_store_req *r) {
+  qim__commit_send *x = r->data;
+  if (r->status < 0) return send_fail(x, map_store_error(r->status));
+  x->conv = x->rq.conv_get.out;
+  if (x->conv.deleted) return send_fail(x, qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED));
+  if (x->kind == QIM__SEND_CONTROL) return send_reserve(x);
+  qim_store_member_get_req *g = &x->rq.member_get;
+  memset(g, 0, sizeof *g);
+  prep(x, member_checked);
+  g->tenant_id = x->actor.tenant_id;
+  g->conversation_id = x->conv_id;
+  g->user_id = x->actor.user_id;
+  int rc = x->c->store->vt->conversations.member_get(x->c->store, g);
+  if (rc < 0) send_fail(x, map_store_error(rc));
+}
+
+/* ---- the proposal and reserve ------------------------------------------------------- */
+
+/* Everything fixed at reserve except what the store allocates (the seq and, for a
+ * group, the membership snapshot). Content is borrowed from the caller. */
+static void build_proposal(qim__commit_send *x) {
+  qim_commit_intent *p = &x->proposal;
+  memset(p, 0, sizeof *p);
+  p->key.tenant_id = x->actor.tenant_id;
+  p->key.sender_id = x->actor.user_id;
+  p->key.client_message_id = x->cmid;
+  p->coordinates.message_id = x->message_id;
+  p->coordinates.conversation_id = x->conv_id;
+  p->coordinates.last_activity_id = x->activity_id;
+  p->state = QIM_COMMIT_STATE_RESERVED;
+  qim_delivery_audience *a = &p->delivery.audience;
+  if (x->conv.kind == QIM_CONVERSATION_DIRECT) {
+    a->kind = QIM_DELIVERY_AUDIENCE_DIRECT;
+    a->direct.recipients = qim_memdup(x->conv.direct_users, sizeof x->conv.direct_users);
+    a->direct.recipient_count = 2;
+  } else {
+    a->kind = QIM_DELIVERY_AUDIENCE_GROUP_SNAPSHOT;
+    a->group.group_id.v = x->conv_id.v;
+  }
+  p->delivery.inline_body = content_size(x->content) <= x->c->cfg.inline_body_max;
+  p->delivery.created_at = qim_message_id_millis(&x->message_id);
+  p->record.coordinates = p->coordinates;
+  p->record.sender = x->actor;
+  p->record.client_message_id = x->cmid;
+  p->record.content = *x->content;
+  p->record.retention_class = x->retention;
+  p->record.state = QIM_MESSAGE_STATE_NORMAL;
+  p->record.created_at = p->delivery.created_at;
+  p->trace_id = x->trace;
+}
+
+static void reserve_done(qim_store_req *r);
+
+/* c->mu held: the placeholder that concurrent retries of the key will wait on. */
+static qim__commit_entry *placeholder_new(qim__commit_send *x) {
+  qim__commit_entry *e = qim__entry_new(x->c, &x->proposal.key, x->actor.tenant_id, x->conv_id);
+  qim__commit_conv *cv = e->conv;
+  e->proposal_content = x->content;
+  e->proposal_conv = x->conv_id;
+  e->trace = x->trace;
+  e->reserving = true;
+  e->ticket = cv->next_ticket++;
+  e->in_pending = true;
+  e->pprev = cv->pending_tail;
+  if (cv->pending_tail) cv->pending_tail->pnext = e; else cv->pending_head = e;
+  cv->pending_tail = e;
+  x->entry = e;
+  return e;
+}
+
+static void send_reserve(qim__commit_send *x) {
+  qim_commit *c = x->c;
+  build_proposal(x);
+  pthread_mutex_lock(&c->mu);
+  if (c->closing) {
+    pthread_mutex_unlock(&c->mu);
+    return send_fail(x, qim_err_raise(QIM_E_COMMIT_UNAVAILABLE));
+  }
+  qim__commit_entry *e = qim__entry_find(c, &x->proposal.key);
+  if (e) {
+    int rc = attach(x, e);
+    pthread_mutex_unlock(&c->mu);
+    if (rc < 0) send_fail(x, rc);
+    return;
+  }
+  e = placeholder_new(x);
+  qim_store_intent_reserve_req *q = &x->rq.reserve;
+  memset(q, 0, sizeof *q);
+  prep(x, reserve_done);
+  q->proposal = &x->proposal;
+  int rc = c->store->vt->intents.reserve(c->store, q);
+  if (rc < 0) {
+    qim__commit_conv *cv = e->conv;
+    rc = qim_err_raise(QIM_E_COMMIT_UNAVAILABLE);
+    e->reserving = false;
+    x->entry = NULL;
+    qim__entry_complete_waiters(c, e, rc);
+    qim__entry_free(c, e);
+    qim__conv_kick(c, cv);
+    qim__conv_maybe_free(c, cv);
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (rc < 0) send_fail(x, rc);
+}
+
+/* c->mu held. The owner's reserve failed: unless a drain found the intent meanwhile
+ * (then the store holds it after all and the owner waits like a retry would), every
+ * send waiting on the placeholder gets the error. */
+static void reserve_failed(qim__commit_send *x, qim__commit_entry *e, int st) {
+  qim_commit *c = x->c;
+  if (e->reserved) {
+    x->outcome = QIM_RESERVE_RESULT_EXISTING;
+    x->wnext = e->waiters;
+    e->waiters = x;
+    qim__entry_drive(c, e);
+    return;
+  }
+  int code = map_store_error(st);
+  qim__entry_complete_waiters(c, e, code);
+  qim__entry_free(c, e);
+  send_fail(x, code);
+}
+
+/* c->mu held. The key was committed before: replay the ACK (unless it was for another
+ * conversation: then the cmid is being reused). */
+static void reserve_replayed(qim__commit_send *x, qim__commit_entry *e, const qim_committed_message *cm) {
+  qim_commit *c = x->c;
+  QIM__COUNT(c, replayed);
+  x->outcome = QIM_RESERVE_RESULT_COMMITTED;
+  x->wnext = e->waiters;
+  e->waiters = x;
+  qim__entry_log(e, "commit.reserved", "kind=committed");
+  if (!qim_u128_eq(cm->coordinates.conversation_id.v, x->conv_id.v)) {
+    qim__entry_complete_waiters(c, e, qim_err_raise(QIM_E_COMMIT_CLIENT_MESSAGE_ID_REUSED));
+  } else {
+    for (qim__commit_send *w = e->waiters; w; w = w->wnext) w->outcome = QIM_RESERVE_RESULT_COMMITTED;
+    e->intent.coordinates = cm->coordinates;
+    qim__entry_complete_waiters(c, e, 0);
+  }
+  qim__entry_free(c, e);
+}
+
+/* c->mu held. Fresh or Existing: the store holds the intent; drive it. */
+static void reserve_held(qim__commit_send *x, qim__commit_entry *e, qim_store_intent_reserve_req *q) {
+  qim_commit *c = x->c;
+  qim__commit_conv *cv = e->conv;
+  bool fresh = q->out.kind == QIM_RESERVE_RESULT_FRESH;
+  if (!e->reserved) {
+    e->intent = q->out.intent;
+    e->reserved = true;
+    e->state = e->intent.state;
+    e->trace = e->intent.trace_id;
+  } else {
+    qim_commit_intent_free(&q->out.intent);
+  }
+  memset(&q->out.intent, 0, sizeof q->out.intent);
+  qim__pending_remove(cv, e);
+  x->outcome = q->out.kind;
+  if (fresh) {
+    QIM__COUNT(c, fresh);
+    e->has_order = true;
+    e->order = q->out_order;
+    e->horizon = cv->next_ticket - 1;
+    if (!e->listed && e->state < QIM_COMMIT_STATE_OUTBOXED) qim__ready_insert(cv, e);
+  } else {
+    QIM__COUNT(c, existing);
+    if (!e->listed && e->state < QIM_COMMIT_STATE_OUTBOXED) e->needs_drain = true;
+  }
+  char extra[64];
+  snprintf(extra, sizeof extra, "kind=%s order=%llu", fresh ? "fresh" : "existing",
+           (unsigned long long)q->out_order);
+  qim__entry_log(e, "commit.reserved", extra);
+  x->wnext = e->waiters;
+  e->waiters = x;
+  if (e->needs_drain) qim__conv_request_drain(c, cv);
+  qim__entry_drive(c, e);
+}
+
+static void reserve_done(qim_store_req *r) {
+  qim__commit_send *x = r->data;
+  qim_commit *c = x->c;
+  qim_store_intent_reserve_req *q = &x->rq.reserve;
+  pthread_mutex_lock(&c->mu);
+  qim__commit_entry *e = x->entry;
+  qim__commit_conv *cv = e->conv;
+  e->reserving = false;
+  if (r->status < 0)
+    reserve_failed(x, e, r->status);
+  else if (q->out.kind == QIM_RESERVE_RESULT_COMMITTED)
+    reserve_replayed(x, e, &q->out.committed);
+  else
+    reserve_held(x, e, q);
+  qim__conv_kick(c, cv);
+  qim__conv_maybe_free(c, cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- entry points -------------------------------------------------------------------- */
+
+static qim__commit_send *send_new(qim_commit *c, qim_commit_op *op, int kind) {
+  qim__commit_send *x = qim_calloc(1, sizeof *x);
+  x->c = c;
+  x->op = op;
+  x->kind = kind;
+  x->outcome = QIM_RESERVE_RESULT_FRESH;
+  op->priv_ = x;
+  return x;
+}
+
+/* Ids are taken before anything is stored: a clock that stepped back refuses the send
+ * before it can make an out-of-order MessageId. */
+static int take_ids(qim__commit_send *x) {
+  int rc = qim_id_gen_message_id(x->c->ids, &x->message_id);
+  if (rc == 0) rc = qim_id_gen_last_activity_id(x->c->ids, &x->activity_id);
+  return rc;
+}
+
+/* Attaches to a live entry of the key, or starts the checks with conversations.get. */
+static int send_begin(qim__commit_send *x) {
+  qim_commit *c = x->c;
+  qim_commit_op *op = x->op;
+  pthread_mutex_lock(&c->mu);
+  int rc = c->closing ? -ESHUTDOWN : 0;
+  qim__commit_entry *e = rc == 0 ? qim__entry_find(c, &(qim_commit_key){x->actor.tenant_id, x->actor.user_id, x->cmid}) : NULL;
+  if (e) rc = attach(x, e);
+  pthread_mutex_unlock(&c->mu);
+  if (rc < 0 || e) {
+    if (rc < 0) {
+      op->priv_ = NULL;
+      send_free(x);
+      return refuse(c, op, rc, NULL, &x->trace);
+    }
+    return 0;
+  }
+  char conv[33];
+  qim__u128_hex(x->conv_id.v, conv);
+  QIM_LOGI(&x->trace, "commit.send", "conv=%s control=%d", conv, x->kind == QIM__SEND_CONTROL);
+  qim_store_conv_get_req *g = &x->rq.conv_get;
+  memset(g, 0, sizeof *g);
+  prep(x, conv_checked);
+  g->tenant_id = x->actor.tenant_id;
+  g->conversation_id = x->conv_id;
+  rc = c->store->vt->conversations.get(c->store, g);
+  if (rc < 0) {
+    qim_trace_id trace = x->trace;
+    op->priv_ = NULL;
+    send_free(x);
+    return refuse(c, op, qim_err_raise(QIM_E_COMMIT_UNAVAILABLE), NULL, &trace);
+  }
+  return 0;
+}
+
+/* The synchronous checks of a client send, cheapest first; the rate limit last, so a
+ * malformed send costs no token. */
+static int check_client(qim_commit *c, const qim_authenticated_send *s, qim_error *err) {
+  const qim_send_message *m = &s->request;
+  if (!qim_client_message_id_is_valid(&m->client_message_id))
+    return qim_err_raise(QIM_E_COMMIT_INVALID_CLIENT_MESSAGE_ID);
+  if (m->content.message_type == QIM_MESSAGE_TYPE_CONTROL) return qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED);
+  if (content_size(&m->content) > c->cfg.max_message_size) return qim_err_raise(QIM_E_COMMIT_MESSAGE_TOO_LARGE);
+  if (m->mention_count > c->cfg.max_mentions) return qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE);
+  if (c->rate && qim__rate_take(c->rate, s->actor.tenant_id, s->actor.user_id, qim__now_ms(c),
+                                &err->retry_after_ms) != 0) {
+    QIM__COUNT(c, rate_limited);
+    return qim_err_raise(QIM_E_COMMIT_RATE_LIMITED);
+  }
+  return 0;
+}
+
+int qim_commit_send(qim_commit *c, const qim_authenticated_send *s, qim_commit_op *op) {
+  memset(&op->result, 0, sizeof op->result);
+  op->priv_ = NULL;
+  QIM__COUNT(c, sends);
+  qim_error err = {0};
+  int rc = check_client(c, s, &err);
+  if (rc < 0) return refuse(c, op, rc, &err, &s->trace_id);
+  qim__commit_send *x = send_new(c, op, QIM__SEND_CLIENT);
+  x->actor = s->actor;
+  x->conv_id = s->request.conversation_id;
+  x->cmid = s->request.client_message_id;
+  x->content = &s->request.content;
+  x->mentions = s->request.mention_targets;
+  x->mention_count = s->request.mention_count;
+  x->has_reply = s->request.has_reply_to;
+  x->reply_seq = s->request.reply_to_conversation_seq;
+  x->retention = c->cfg.retention_class;
+  x->trace = s->trace_id;
+  rc = take_ids(x);
+  if (rc < 0) {
+    op->priv_ = NULL;
+    send_free(x);
+    return refuse(c, op, rc, NULL, &s->trace_id);
+  }
+  return send_begin(x);
+}
+
+int qim_commit_send_control(qim_commit *c, const qim_commit_control *ctl, qim_commit_op *op) {
+  memset(&op->result, 0, sizeof op->result);
+  op->priv_ = NULL;
+  QIM__COUNT(c, sends);
+  int rc = 0;
+  if (!qim_client_message_id_is_valid(&ctl->client_message_id))
+    rc = qim_err_raise(QIM_E_COMMIT_INVALID_CLIENT_MESSAGE_ID);
+  else if (ctl->content.message_type != QIM_MESSAGE_TYPE_CONTROL)
+    rc = -EINVAL;
+  else if (content_size(&ctl->content) > c->cfg.max_message_size)
+    rc = qim_err_raise(QIM_E_COMMIT_MESSAGE_TOO_LARGE);
+  if (rc < 0) return refuse(c, op, rc, NULL, &ctl->trace_id);
+  qim__commit_send *x = send_new(c, op, QIM__SEND_CONTROL);
+  x->actor = ctl->actor;
+  x->conv_id = ctl->conversation_id;
+  x->cmid = ctl->client_message_id;
+  x->content = &ctl->content;
+  x->retention = ctl->retention_class;
+  x->trace = ctl->trace_id;
+  rc = take_ids(x);
+  if (rc < 0) {
+    op->priv_ = NULL;
+    send_free(x);
+    return refuse(c, op, rc, NULL, &ctl->trace_id);
+  }
+  return send_begin(x);
+}

@@ -1,0 +1,248 @@
+/*
+ * fanout.c — the outbox consumer (fanout.h): read outbox records from the committed
+ * offset, plan each, append the dispatches and the new offset in one store call, and
+ * verify every append that found its DispatchId already present.
+ *
+ * Batching: several outbox records share one logs.append call (bounded by
+ * max_call_appends) so the store's group commit pays one fsync for many messages. The
+ * call is atomic (dispatches + offset), so a batch is all-or-nothing; a determinism
+ * failure found after it committed sets the offset back to the offending record.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "fanout/fanout_int.h"
+#include "qim/err.h"
+#include "qim/ids.h"
+#include "qim/log.h"
+#include "qim/mem.h"
+#include "qim/record.h"
+
+static const qim_log_stream OUTBOX = {QIM_LOG_STREAM_OUTBOX, 0};
+
+static void options_defaults(qim_fanout_options *o) {
+  if (!o->chunk_size) o->chunk_size = 256;
+  if (!o->snapshot_page) o->snapshot_page = 1000;
+  if (!o->batch) o->batch = 64;
+  if (!o->max_call_appends) o->max_call_appends = 512;
+  if (!o->idle_poll_ms) o->idle_poll_ms = 50;
+  if (!o->retry_ms) o->retry_ms = 100;
+}
+
+int qim_fanout_new(qim_store *store, const qim_fanout_options *opt, qim_fanout **out) {
+  if (!store || !opt || opt->shards.shard_count < 1 || opt->shards.lanes_per_shard < 1 ||
+      opt->shards.lanes_per_shard > 255)
+    return -EINVAL;
+  qim__fanout *f = qim_calloc(1, sizeof *f);
+  f->store = store;
+  f->opt = *opt;
+  options_defaults(&f->opt);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_cond_init(&f->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  *out = f;
+  return 0;
+}
+
+void qim_fanout_free(qim_fanout *f) {
+  if (!f) return;
+  qim_fanout_stop(f);
+  pthread_cond_destroy(&f->cv);
+  pthread_mutex_destroy(&f->mu);
+  qim_free(f);
+}
+
+int qim_fanout_plan_envelope(qim_fanout *f, const qim_committed_envelope *env, qim_log_position source,
+                             qim_fanout_plan *out) {
+  qim__fanout_users u;
+  *out = (qim_fanout_plan){.source = source};
+  int rc = qim__fanout_recipients(f, env, &u);
+  if (rc) return rc;
+  rc = qim_fanout_plan_make(env, source, u.ids, u.count, &f->opt.shards, f->opt.chunk_size, out);
+  qim__fanout_users_free(&u);
+  return rc;
+}
+
+/* ---- one batch: planned appends of consecutive outbox records ---------------------------- */
+
+typedef struct batch {
+  qim_store_log_append *appends;
+  uint64_t *source;        /* outbox offset of each append's record */
+  size_t count, cap;
+  uint64_t first, next;    /* outbox offsets: first record, one past the last */
+  uint32_t records;
+} batch;
+
+static void batch_add(batch *b, const qim_group_dispatch *d, qim_bytes payload, uint64_t source) {
+  if (b->count == b->cap) {
+    b->cap = b->cap ? 2 * b->cap : 16;
+    b->appends = qim_realloc(b->appends, b->cap * sizeof *b->appends);
+    b->source = qim_realloc(b->source, b->cap * sizeof *b->source);
+  }
+  qim_store_log_append *a = &b->appends[b->count];
+  *a = (qim_store_log_append){.stream = {QIM_LOG_STREAM_MAILBOX_DISPATCH, d->target_shard}, .payload = payload};
+  memcpy(a->key, d->dispatch_id.b, sizeof a->key);
+  b->source[b->count++] = source;
+}
+
+static void batch_reset(batch *b) {
+  for (size_t i = 0; i < b->count; i++) qim_bytes_free(&b->appends[i].payload);
+  b->count = 0;
+  b->records = 0;
+}
+
+static void batch_free(batch *b) {
+  batch_reset(b);
+  qim_free(b->appends);
+  qim_free(b->source);
+}
+
+/* Encodes a plan's dispatches into the batch. */
+static int batch_plan(batch *b, const qim_fanout_plan *p) {
+  for (size_t i = 0; i < p->dispatch_count; i++) {
+    qim_bytes payload;
+    int rc = qim_group_dispatch_encode(&p->dispatches[i], &payload);
+    if (rc) return rc;
+    batch_add(b, &p->dispatches[i], payload, p->source.offset);
+  }
+  return 0;
+}
+
+/* Sets the committed offset (used for a batch without appends and for a rewind). */
+static int offset_set(qim__fanout *f, uint64_t offset) {
+  qim_store_log_consumer_set_req r = {.consumer = QIM_FANOUT_CONSUMER, .stream = OUTBOX, .offset = offset};
+  return QIM_STORE_SYNC(f->store, logs.consumer_set, &r);
+}
+
+/* Compares one existing record with the planned bytes. */
+static int verify_append(qim__fanout *f, const qim_store_log_append *a) {
+  qim_store_log_read_req r = {.stream = a->out_position.stream, .from = a->out_position.offset, .max = 1};
+  int rc = QIM_STORE_SYNC(f->store, logs.read, &r);
+  if (rc == QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE) return 0; /* trimmed: consumed long ago */
+  if (rc) return qim__fanout_store_error(rc);
+  if (r.out_count == 1 && r.out_records[0].offset == a->out_position.offset)
+    rc = qim_fanout_dispatch_check(&r.out_records[0].payload, &a->payload);
+  else
+    rc = qim_err_raise(QIM_E_FANOUT_DETERMINISM_VIOLATION);
+  for (size_t i = 0; i < r.out_count; i++) qim_store_log_record_free(&r.out_records[i]);
+  qim_free(r.out_records);
+  return rc;
+}
+
+/* A violation at outbox offset `at`: logged, and the consumer set back onto it. */
+static int violation(qim__fanout *f, const qim_store_log_append *a, uint64_t at) {
+  char id[33];
+  qim_hex_encode(a->key, sizeof a->key, id, sizeof id);
+  QIM_LOGE(NULL, "fanout.determinism_violation", "outbox_offset=%llu dispatch=%s shard=%u dispatch_offset=%llu",
+           (unsigned long long)at, id, a->stream.shard, (unsigned long long)a->out_position.offset);
+  int rc = offset_set(f, at);
+  if (rc) QIM_LOGE(NULL, "fanout.rewind_failed", "outbox_offset=%llu rc=%s", (unsigned long long)at, qim_err_name(rc));
+  return QIM_E_FANOUT_DETERMINISM_VIOLATION;
+}
+
+/* Writes the batch: dispatches + offset in one call, then checks the replayed appends.
+ * *done counts records whose offset is committed. */
+static int batch_flush(qim__fanout *f, batch *b, uint32_t *done) {
+  if (b->records == 0) return 0;
+  int rc;
+  if (b->count == 0) {
+    rc = offset_set(f, b->next);
+  } else {
+    qim_store_log_append_req r = {.appends = b->appends, .append_count = b->count, .has_consumer = true,
+                                  .consumer = QIM_FANOUT_CONSUMER, .consumer_stream = OUTBOX, .consumer_offset = b->next};
+    rc = QIM_STORE_SYNC(f->store, logs.append, &r);
+  }
+  if (rc == -EAGAIN) return QIM_AGAIN;
+  if (rc) {
+    QIM_LOGW(NULL, "fanout.append_failed", "outbox_offset=%llu appends=%zu rc=%s", (unsigned long long)b->first,
+             b->count, qim_err_name(rc));
+    return qim_err_raise(QIM_E_FANOUT_TRANSACTION_FAILED);
+  }
+  size_t fresh = 0, verified = 0;
+  for (size_t i = 0; i < b->count; i++) {
+    if (!b->appends[i].out_existed) {
+      fresh++;
+      continue;
+    }
+    rc = verify_append(f, &b->appends[i]);
+    if (rc == QIM_E_FANOUT_DETERMINISM_VIOLATION) rc = violation(f, &b->appends[i], b->source[i]);
+    if (rc) {
+      *done += (uint32_t)(b->source[i] - b->first);
+      return rc;
+    }
+    verified++;
+  }
+  pthread_mutex_lock(&f->mu);
+  f->status.dispatches += fresh;
+  f->status.verified += verified;
+  f->status.records += b->records;
+  pthread_mutex_unlock(&f->mu);
+  *done += b->records;
+  return 0;
+}
+
+/* Plans one outbox record into the batch. */
+static int plan_record(qim__fanout *f, const qim_store_log_record *rec, batch *b) {
+  qim_committed_envelope env;
+  if (qim_committed_envelope_decode(rec->payload.p, rec->payload.n, &env)) {
+    QIM_LOGE(NULL, "fanout.bad_record", "outbox_offset=%llu bytes=%zu", (unsigned long long)rec->offset, rec->payload.n);
+    return -EBADMSG;
+  }
+  qim_fanout_plan plan;
+  int rc = qim_fanout_plan_envelope(f, &env, (qim_log_position){OUTBOX, rec->offset}, &plan);
+  if (rc == 0) rc = batch_plan(b, &plan);
+  if (rc == 0)
+    QIM_LOGD(&env.intent.trace_id, "fanout.planned", "outbox_offset=%llu dispatches=%zu",
+             (unsigned long long)rec->offset, plan.dispatch_count);
+  else if (rc != QIM_AGAIN)
+    QIM_LOGE(&env.intent.trace_id, "fanout.plan_failed", "outbox_offset=%llu rc=%s", (unsigned long long)rec->offset,
+             qim_err_name(rc));
+  qim_fanout_plan_free(&plan);
+  qim_committed_envelope_free(&env);
+  return rc;
+}
+
+/* Plans and writes the records r[0..n) in batches. */
+static int run_records(qim__fanout *f, const qim_store_log_record *r, size_t n, uint32_t *done) {
+  batch b = {0};
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (b.records == 0) b.first = r[i].offset;
+    size_t before = b.count;
+    rc = r[i].fence ? 0 : plan_record(f, &r[i], &b);
+    if (rc) {
+      for (size_t k = before; k < b.count; k++) qim_bytes_free(&b.appends[k].payload);
+      b.count = before;
+      int frc = batch_flush(f, &b, done);
+      if (frc) rc = frc;
+      break;
+    }
+    b.records++;
+    b.next = r[i].offset + 1;
+    if (b.count >= f->opt.max_call_appends || i + 1 == n) {
+      rc = batch_flush(f, &b, done);
+      batch_reset(&b);
+    }
+  }
+  batch_free(&b);
+  return rc;
+}
+
+int qim_fanout_run_once(qim_fanout *f, uint32_t max, uint32_t *processed) {
+  uint32_t done = 0;
+  if (processed) *processed = 0;
+  qim_store_log_consumer_get_req cg = {.consumer = QIM_FANOUT_CONSUMER, .stream = OUTBOX};
+  int rc = QIM_STORE_SYNC(f->store, logs.consumer_get, &cg);
+  if (rc) return qim__fanout_store_error(rc);
+  qim_store_log_read_req rd = {.stream = OUTBOX, .from = cg.out_offset, .max = max ? max : 1};
+  rc = QIM_STORE_SYNC(f->store, logs.read, &rd);
+  if (rc) return qim__fanout_store_error(rc);
+  rc = run_records(f, rd.out_records, rd.out_count, &done);
+  for (size_t i = 0; i < rd.out_count; i++) qim_store_log_record_free(&rd.out_records[i]);
+  qim_free(rd.out_records);
+  if (processed) *processed = done;
+  return rc;
+}

@@ -1,0 +1,35 @@
+/*
+ * fanout_int.h — what the files of the fanout module share and nobody else sees.
+ */
+#ifndef QIM_FANOUT_INT_H
+#define QIM_FANOUT_INT_H
+
+#include <pthread.h>
+
+#include "fanout/fanout.h"
+
+struct qim_fanout {
+  qim_store *store;
+  qim_fanout_options opt;
+
+  /* The task. `mu` guards everything below; the worker holds it only between steps. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t thread;
+  bool running, stopping, notified;
+  qim_fanout_status status;
+};
+typedef struct qim_fanout qim__fanout;
+
+typedef struct qim__fanout_users {
+  qim_user_id *ids;
+  size_t count, cap;
+} qim__fanout_users;
+
+/* Every recipient of `env` (unsorted, may repeat); see fanout_audience.c. */
+int qim__fanout_recipients(qim__fanout *f, const qim_committed_envelope *env, qim__fanout_users *u);
+void qim__fanout_users_free(qim__fanout_users *u);
+/* A store status as a fanout status (QIM_AGAIN, snapshot unavailable, or Unavailable). */
+int qim__fanout_store_error(int rc);
+
+#endif

@@ -1,0 +1,673 @@
+/*
+ * sqlite.c — the embedded SQLite backend: opening, threads, bounded queues, group
+ * commit and the per-connection statement cache. The operations themselves live in the
+ * domain files (sqlite_accounts.c ... sqlite_mailbox.c); see sqlite_int.h.
+ *
+ * Write path. Callers queue requests on a bounded FIFO (full → -EAGAIN at once). The one
+ * writer thread takes everything queued (up to max_batch) and runs it as ONE transaction:
+ * BEGIN IMMEDIATE, then per operation SAVEPOINT / exec / RELEASE, or ROLLBACK TO when the
+ * operation fails, so it fails alone. SQLite may instead roll back the whole transaction
+ * (SQLITE_FULL, IOERR, BUSY, NOMEM can); sqlite3_get_autocommit() tells, and then every
+ * operation of the batch fails — none is reported done. Otherwise one COMMIT (one fsync
+ * under synchronous=FULL) makes the batch durable, and only then are completions posted
+ * to the callers' queues: durability before acknowledgement. A failed COMMIT fails the
+ * whole batch. The batch is not retried: callers retry idempotently.
+ *
+ * Read path. Reader threads, each with its own connection, take one request at a time
+ * and run it inside a read transaction (WAL gives it a stable snapshot while the writer
+ * keeps committing).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qim/err.h"
+#include "qim/log.h"
+#include "qim/mem.h"
+#include "store/sqlite_int.h"
+
+#define DEFAULT_QUEUE_CAPACITY 4096
+#define DEFAULT_READERS 2
+#define DEFAULT_MAX_BATCH 512
+#define MAX_READERS 64
+/* An idle writer truncates the WAL after this long, so overwritten (deleted) content
+ * does not linger in old WAL frames (DESIGN.md §1 rule 7). */
+#define IDLE_CHECKPOINT_MS 1000
+#define BUSY_TIMEOUT_MS 2000
+
+static const sq_op *const ops[SQ_OP_COUNT] = {
+#define SQ_TABLE_(E, n, T) [SQ_OP_##E] = &sq_op_##n,
+    SQ_OPS(SQ_TABLE_)
+#undef SQ_TABLE_
+};
+
+/* ---- statement cache ----------------------------------------------------------------- */
+
+struct sq_slot {
+  const char *sql;
+  sqlite3_stmt *st;
+};
+
+static size_t slot_hash(const char *sql, size_t cap) {
+  uintptr_t h = (uintptr_t)sql;
+  h ^= h >> 17;
+  h *= UINT64_C(0x9E3779B97F4A7C15) & UINTPTR_MAX;
+  return (size_t)(h >> 7) & (cap - 1);
+}
+
+static void slot_put(struct sq_slot *slots, size_t cap, const char *sql, sqlite3_stmt *st) {
+  size_t i = slot_hash(sql, cap);
+  while (slots[i].sql) i = (i + 1) & (cap - 1);
+  slots[i] = (struct sq_slot){sql, st};
+}
+
+static void cache_grow(sq_conn *c) {
+  size_t cap = c->slot_cap ? c->slot_cap * 2 : 64;
+  struct sq_slot *slots = qim_calloc(cap, sizeof *slots);
+  for (size_t i = 0; i < c->slot_cap; i++)
+    if (c->slots[i].sql) slot_put(slots, cap, c->slots[i].sql, c->slots[i].st);
+  qim_free(c->slots);
+  c->slots = slots;
+  c->slot_cap = cap;
+}
+
+static sqlite3_stmt *cache_get(sq_conn *c, const char *sql) {
+  if (!c->slot_cap) return NULL;
+  for (size_t i = slot_hash(sql, c->slot_cap); c->slots[i].sql; i = (i + 1) & (c->slot_cap - 1))
+    if (c->slots[i].sql == sql) return c->slots[i].st;
+  return NULL;
+}
+
+sqlite3_stmt *sq_prep(sq_conn *c, const char *sql) {
+  sqlite3_stmt *st = cache_get(c, sql);
+  if (!st) {
+    int rc = sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
+    if (rc != SQLITE_OK) {
+      QIM_LOGE(NULL, "store.sqlite.prepare", "rc=%d msg=\"%s\"", rc, sqlite3_errmsg(c->db));
+      return NULL;
+    }
+    if ((c->slot_n + 1) * 2 > c->slot_cap) cache_grow(c);
+    slot_put(c->slots, c->slot_cap, sql, st);
+    c->slot_n++;
+  }
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  if (c->used_n < sizeof c->used / sizeof c->used[0]) c->used[c->used_n++] = st;
+  return st;
+}
+
+/* Resets every statement the operation used: no statement outlives its operation. */
+static void release_used(sq_conn *c) {
+  for (size_t i = 0; i < c->used_n; i++) sqlite3_reset(c->used[i]);
+  c->used_n = 0;
+}
+
+static void cache_free(sq_conn *c) {
+  for (size_t i = 0; i < c->slot_cap; i++)
+    if (c->slots[i].sql) sqlite3_finalize(c->slots[i].st);
+  qim_free(c->slots);
+  c->slots = NULL;
+  c->slot_cap = c->slot_n = 0;
+}
+
+/* ---- status mapping and small helpers ---------------------------------------------------- */
+
+int sq_errno(int rc) {
+  switch (rc & 0xFF) {
+    case SQLITE_OK: return 0;
+    case SQLITE_FULL: return -ENOSPC;
+    case SQLITE_NOMEM: return -ENOMEM;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return -EBUSY;
+    case SQLITE_CONSTRAINT: return -EEXIST;
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_AUTH: return -EACCES;
+    case SQLITE_CANTOPEN: return -ENOENT;
+    case SQLITE_TOOBIG: return -E2BIG;
+    case SQLITE_ABORT:
+    case SQLITE_INTERRUPT: return -ECANCELED;
+    default: return -EIO;
+  }
+}
+
+int sq_last_error(sq_conn *c) {
+  int rc = sqlite3_errcode(c->db);
+  return rc == SQLITE_OK ? -EIO : sq_errno(rc);
+}
+
+int sq_step(sq_conn *c, sqlite3_stmt *st) {
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) return 1;
+  if (rc == SQLITE_DONE) return 0;
+  if ((rc & 0xFF) != SQLITE_CONSTRAINT)
+    QIM_LOGW(NULL, "store.sqlite.step", "rc=%d msg=\"%s\"", sqlite3_extended_errcode(c->db),
+             sqlite3_errmsg(c->db));
+  return sq_errno(rc);
+}
+
+int sq_run(sq_conn *c, sqlite3_stmt *st) {
+  int rc = sq_step(c, st);
+  return rc > 0 ? 0 : rc;
+}
+
+void sq_bind_u128(sqlite3_stmt *st, int i, qim_u128 v) {
+  uint8_t b[16];
+  for (int k = 0; k < 8; k++) {
+    b[k] = (uint8_t)(v.hi >> (56 - 8 * k));
+    b[8 + k] = (uint8_t)(v.lo >> (56 - 8 * k));
+  }
+  sqlite3_bind_blob(st, i, b, 16, SQLITE_TRANSIENT);
+}
+
+void sq_bind_id16(sqlite3_stmt *st, int i, const uint8_t b[16]) {
+  sqlite3_bind_blob(st, i, b, 16, SQLITE_TRANSIENT);
+}
+
+void sq_bind_text(sqlite3_stmt *st, int i, const char *s) {
+  if (s)
+    sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+  else
+    sqlite3_bind_null(st, i);
+}
+
+void sq_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n) {
+  /* zeroblob semantics for empty input: a non-NULL empty blob. */
+  sqlite3_bind_blob64(st, i, n ? p : "", n, SQLITE_STATIC);
+}
+
+qim_u128 sq_col_u128(sqlite3_stmt *st, int i) {
+  uint8_t b[16];
+  sq_col_id16(st, i, b);
+  qim_u128 v = {0, 0};
+  for (int k = 0; k < 8; k++) {
+    v.hi = (v.hi << 8) | b[k];
+    v.lo = (v.lo << 8) | b[8 + k];
+  }
+  return v;
+}
+
+void sq_col_id16(sqlite3_stmt *st, int i, uint8_t out[16]) {
+  const void *p = sqlite3_column_blob(st, i);
+  int n = sqlite3_column_bytes(st, i);
+  memset(out, 0, 16);
+  if (p && n == 16) memcpy(out, p, 16);
+}
+
+char *sq_col_text(sqlite3_stmt *st, int i) {
+  if (sqlite3_column_type(st, i) == SQLITE_NULL) return NULL;
+  const unsigned char *s = sqlite3_column_text(st, i);
+  return qim_strndup((const char *)s, (size_t)sqlite3_column_bytes(st, i));
+}
+
+void sq_col_bytes(sqlite3_stmt *st, int i, qim_bytes *out) {
+  const void *p = sqlite3_column_blob(st, i);
+  size_t n = (size_t)sqlite3_column_bytes(st, i);
+  out->p = n ? qim_memdup(p, n) : NULL;
+  out->n = n;
+}
+
+/* One statement through the cache, for transaction control: 0 or -errno. */
+static int exec_cached(sq_conn *c, const char *sql) {
+  sqlite3_stmt *st = sq_prep(c, sql);
+  int rc = st ? sq_run(c, st) : sq_last_error(c);
+  release_used(c);
+  return rc;
+}
+
+/* ---- completion ------------------------------------------------------------------------ */
+
+static void run_done(qim_cq_item *it) {
+  qim_store_req *r = (qim_store_req *)it; /* `item` is the first member of the request */
+  r->done(r);
+}
+
+/* Sets the final status; a failed operation owns no outputs. */
+static void settle(sq_store *st, qim_store_req *r, int status) {
+  r->status = status;
+  r->error.code = status;
+  if (status != 0) {
+    const sq_op *op = ops[r->op_];
+    if (op->discard) op->discard(r);
+    if (op->write) atomic_fetch_add(&st->stats.failed, 1);
+  }
+}
+
+static void post(qim_store_req *r) {
+  r->item.run = run_done;
+  qim_cq_post(r->cq, &r->item); /* r may be freed from here on */
+}
+
+/* A storage failure (-errno other than the plain semantic ones) in the op's domain. */
+static int domain_status(int status, int code) {
+  if (status >= 0 || qim_err_is_domain(status)) return status;
+  if (status == -ENOENT || status == -EEXIST || status == -EINVAL) return status;
+  return code ? qim_err_raise(code) : status;
+}
+
+/* ---- queues ------------------------------------------------------------------------------ */
+
+static int queue_init(sq_queue *q, uint32_t cap) {
+  memset(q, 0, sizeof *q);
+  q->cap = cap;
+  int rc = pthread_mutex_init(&q->mu, NULL);
+  if (rc) return -rc;
+  rc = pthread_cond_init(&q->cv, NULL);
+  if (rc) {
+    pthread_mutex_destroy(&q->mu);
+    return -rc;
+  }
+  return 0;
+}
+
+static void queue_destroy(sq_queue *q) {
+  pthread_cond_destroy(&q->cv);
+  pthread_mutex_destroy(&q->mu);
+}
+
+static int queue_push(sq_store *st, sq_queue *q, qim_store_req *r) {
+  pthread_mutex_lock(&q->mu);
+  if (q->closing) {
+    pthread_mutex_unlock(&q->mu);
+    return -ESHUTDOWN;
+  }
+  if (q->count >= q->cap) {
+    pthread_mutex_unlock(&q->mu);
+    atomic_fetch_add(&st->stats.rejected, 1);
+    return -EAGAIN;
+  }
+  r->next_ = NULL;
+  if (q->tail)
+    q->tail->next_ = r;
+  else
+    q->head = r;
+  q->tail = r;
+  q->count++;
+  pthread_cond_signal(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+  return 0;
+}
+
+/* Takes up to `max` requests; blocks until one is queued, the queue closes (returns 0
+ * with nothing taken) or, when timeout_ms >= 0, the time passes (*timed_out). */
+static size_t queue_take(sq_queue *q, uint32_t max, qim_store_req **out, int timeout_ms,
+                         bool *timed_out) {
+  *timed_out = false;
+  pthread_mutex_lock(&q->mu);
+  if (!q->head && !q->closing && timeout_ms >= 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    while (!q->head && !q->closing)
+      if (pthread_cond_timedwait(&q->cv, &q->mu, &ts) == ETIMEDOUT) break;
+    *timed_out = !q->head && !q->closing;
+  }
+  while (!q->head && !q->closing && timeout_ms < 0) pthread_cond_wait(&q->cv, &q->mu);
+  qim_store_req *head = q->head, *last = NULL, *r = head;
+  size_t n = 0;
+  while (r && n < max) last = r, r = r->next_, n++;
+  if (n) {
+    q->head = r;
+    if (!r) q->tail = NULL;
+    last->next_ = NULL;
+    q->count -= (uint32_t)n;
+  }
+  pthread_mutex_unlock(&q->mu);
+  *out = n ? head : NULL;
+  return n;
+}
+
+static void queue_close(sq_queue *q) {
+  pthread_mutex_lock(&q->mu);
+  q->closing = true;
+  pthread_cond_broadcast(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
+/* ---- the writer: group commit ---------------------------------------------------------- */
+
+static unsigned hist_bucket(size_t n) {
+  static const size_t upper[7] = {1, 3, 7, 15, 63, 255, 1023};
+  for (unsigned i = 0; i < 7; i++)
+    if (n <= upper[i]) return i;
+  return 7;
+}
+
+/* Runs one operation under its savepoint. Returns false when SQLite lost the whole
+ * transaction (the op's status is then left for the caller to set). */
+static bool run_in_savepoint(sq_conn *c, qim_store_req *r) {
+  const sq_op *op = ops[r->op_];
+  int rc = exec_cached(c, "SAVEPOINT op");
+  if (rc) return false;
+  int status = op->exec(c, r);
+  release_used(c);
+  if (sqlite3_get_autocommit(c->db)) {
+    r->status = 0; /* not its own failure: fail_batch reports the lost transaction */
+    return false;
+  }
+  if (status == 0) {
+    r->status = 0;
+    return exec_cached(c, "RELEASE op") == 0;
+  }
+  r->status = domain_status(status, op->unavailable);
+  if (exec_cached(c, "ROLLBACK TO op") || exec_cached(c, "RELEASE op")) return false;
+  return !sqlite3_get_autocommit(c->db);
+}
+
+/* Fails every op of a lost batch, except those that already failed on their own. */
+static void fail_batch(qim_store_req *list, size_t ran, bool commit_failed) {
+  size_t i = 0;
+  for (qim_store_req *r = list; r; r = r->next_, i++) {
+    if (i < ran && r->status != 0) continue;
+    const sq_op *op = ops[r->op_];
+    int code = commit_failed ? op->not_durable : op->aborted;
+    r->status = domain_status(-EIO, code);
+  }
+}
+
+static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
+  sq_conn *c = &st->wconn;
+  size_t ran = 0;
+  bool ok = exec_cached(c, "BEGIN IMMEDIATE") == 0;
+  for (qim_store_req *r = list; ok && r; r = r->next_) {
+    r->error = (qim_error){0};
+    ran++;
+    ok = run_in_savepoint(c, r);
+  }
+  bool commit_failed = false;
+  if (ok) {
+    if (st->opt.before_commit) st->opt.before_commit(st->opt.hook_ctx);
+    if (exec_cached(c, "COMMIT") != 0) {
+      commit_failed = true;
+      ok = false;
+    }
+  }
+  if (!ok) {
+    if (!sqlite3_get_autocommit(c->db)) exec_cached(c, "ROLLBACK");
+    QIM_LOGE(NULL, "store.sqlite.batch_failed", "ops=%zu commit=%d msg=\"%s\"", n,
+             commit_failed, sqlite3_errmsg(c->db));
+    fail_batch(list, ran, commit_failed);
+  } else {
+    atomic_fetch_add(&st->stats.fsyncs, 1);
+  }
+  atomic_fetch_add(&st->stats.transactions, 1);
+  atomic_fetch_add(&st->stats.operations, n);
+  atomic_fetch_add(&st->stats.hist[hist_bucket(n)], 1);
+  for (qim_store_req *r = list, *next; r; r = next) {
+    next = r->next_;
+    settle(st, r, r->status);
+    post(r);
+  }
+}
+
+static void idle_checkpoint(sq_store *st) {
+  int rc = sqlite3_wal_checkpoint_v2(st->wconn.db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+  if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+    QIM_LOGW(NULL, "store.sqlite.checkpoint", "rc=%d msg=\"%s\"", rc, sqlite3_errmsg(st->wconn.db));
+}
+
+static void *writer_main(void *arg) {
+  sq_store *st = arg;
+  bool dirty = false;
+  for (;;) {
+    qim_store_req *list;
+    bool timed_out;
+    size_t n = queue_take(&st->wq, st->opt.max_batch, &list, dirty ? IDLE_CHECKPOINT_MS : -1,
+                          &timed_out);
+    if (n) {
+      writer_batch(st, list, n);
+      dirty = true;
+    } else if (timed_out) {
+      idle_checkpoint(st);
+      dirty = false;
+    } else {
+      break; /* closing and drained */
+    }
+  }
+  return NULL;
+}
+
+/* ---- readers ------------------------------------------------------------------------------ */
+
+static void reader_run(sq_store *st, sq_conn *c, qim_store_req *r) {
+  const sq_op *op = ops[r->op_];
+  r->error = (qim_error){0};
+  int status = exec_cached(c, "BEGIN");
+  if (status == 0) {
+    status = op->exec(c, r);
+    release_used(c);
+    int end = exec_cached(c, status == 0 ? "COMMIT" : "ROLLBACK");
+    if (status == 0) status = end;
+  }
+  atomic_fetch_add(&st->stats.reads, 1);
+  settle(st, r, domain_status(status, op->unavailable));
+  post(r);
+}
+
+typedef struct reader_arg {
+  sq_store *st;
+  sq_conn *c;
+} reader_arg;
+
+static void *reader_main(void *arg) {
+  reader_arg a = *(reader_arg *)arg;
+  qim_free(arg);
+  for (;;) {
+    qim_store_req *r;
+    bool timed_out;
+    if (!queue_take(&a.st->rq, 1, &r, -1, &timed_out)) break;
+    reader_run(a.st, a.c, r);
+  }
+  return NULL;
+}
+
+/* ---- submission ------------------------------------------------------------------------ */
+
+static int submit(qim_store *s, qim_store_req *r, sq_op_id id) {
+  sq_store *st = (sq_store *)s;
+  if (!r || !r->cq || !r->done) return -EINVAL;
+  const sq_op *op = ops[id];
+  if (op->prepare) {
+    int rc = op->prepare(st, r);
+    if (rc) return rc;
+  }
+  r->op_ = (int)id;
+  r->status = 0;
+  r->error = (qim_error){0};
+  return queue_push(st, op->write ? &st->wq : &st->rq, r);
+}
+
+#define SQ_SUBMIT_(E, n, T) \
+  static int submit_##n(qim_store *s, T *r) { return submit(s, r ? &r->req : NULL, SQ_OP_##E); }
+SQ_OPS(SQ_SUBMIT_)
+#undef SQ_SUBMIT_
+
+/* ---- connections and lifecycle ------------------------------------------------------------ */
+
+static int conn_open(sq_store *st, sq_conn *c, bool writer) {
+  memset(c, 0, sizeof *c);
+  c->st = st;
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (writer ? SQLITE_OPEN_CREATE : 0);
+  int rc = sqlite3_open_v2(st->path, &c->db, flags, NULL);
+  if (rc != SQLITE_OK) {
+    QIM_LOGE(NULL, "store.sqlite.open", "path=\"%s\" msg=\"%s\"", st->path,
+             c->db ? sqlite3_errmsg(c->db) : "out of memory");
+    sqlite3_close(c->db);
+    c->db = NULL;
+    return sq_errno(rc);
+  }
+  sqlite3_extended_result_codes(c->db, 1);
+  sqlite3_busy_timeout(c->db, BUSY_TIMEOUT_MS);
+  char *err = NULL;
+  const char *pragmas = writer ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                                 "PRAGMA secure_delete=ON; PRAGMA foreign_keys=ON;"
+                               : "PRAGMA secure_delete=ON; PRAGMA query_only=ON;";
+  rc = sqlite3_exec(c->db, pragmas, NULL, NULL, &err);
+  if (rc == SQLITE_OK && writer && st->max_page_count > 0) {
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA max_page_count=%lld", (long long)st->max_page_count);
+    rc = sqlite3_exec(c->db, sql, NULL, NULL, &err);
+  }
+  if (rc != SQLITE_OK) {
+    QIM_LOGE(NULL, "store.sqlite.pragma", "msg=\"%s\"", err ? err : "?");
+    sqlite3_free(err);
+    sqlite3_close(c->db);
+    c->db = NULL;
+    return sq_errno(rc);
+  }
+  return 0;
+}
+
+static void conn_close(sq_conn *c) {
+  if (!c->db) return;
+  cache_free(c);
+  sqlite3_close(c->db);
+  c->db = NULL;
+}
+
+static void store_close(qim_store *s) {
+  sq_store *st = (sq_store *)s;
+  /* Closing a queue lets its threads drain what is queued, then exit. */
+  queue_close(&st->wq);
+  queue_close(&st->rq);
+  pthread_join(st->writer, NULL);
+  for (uint32_t i = 0; i < st->reader_count; i++) pthread_join(st->readers[i], NULL);
+  for (uint32_t i = 0; i < st->opt.reader_threads; i++) conn_close(&st->rconns[i]);
+  conn_close(&st->wconn); /* the last connection checkpoints and removes the WAL */
+  queue_destroy(&st->wq);
+  queue_destroy(&st->rq);
+  qim_free(st->readers);
+  qim_free(st->rconns);
+  qim_free(st->path);
+  qim_free(st);
+}
+
+static void store_stats(qim_store *s, qim_store_stats *out) {
+  sq_store *st = (sq_store *)s;
+  *out = (qim_store_stats){
+      .operations = atomic_load(&st->stats.operations),
+      .transactions = atomic_load(&st->stats.transactions),
+      .fsyncs = atomic_load(&st->stats.fsyncs),
+      .failed_operations = atomic_load(&st->stats.failed),
+      .rejected_backpressure = atomic_load(&st->stats.rejected),
+      .reads = atomic_load(&st->stats.reads),
+  };
+  for (int i = 0; i < 8; i++) out->batch_hist[i] = atomic_load(&st->stats.hist[i]);
+}
+
+static const qim_store_vtable sqlite_vtable = {
+    .name = "sqlite",
+    .accounts = {submit_user_create, submit_user_get, submit_user_update, submit_cred_create,
+                 submit_cred_get, submit_cred_update, submit_apikey_put, submit_apikey_get},
+    .conversations = {submit_conv_create, submit_conv_get, submit_conv_update,
+                      submit_members_change, submit_member_get, submit_members_at,
+                      submit_member_receipt, submit_subscriptions},
+    .intents = {submit_intent_reserve, submit_intent_advance, submit_intent_load,
+                submit_intent_list, submit_intent_forget},
+    .history = {submit_record_get, submit_record_query, submit_record_set_state,
+                submit_dellog_add, submit_dellog_query, submit_record_expire},
+    .logs = {submit_log_append, submit_log_read, submit_consumer_get, submit_consumer_set,
+             submit_log_trim, submit_log_redact},
+    .mailboxes = {submit_shard_takeover, submit_shard_get, submit_mailbox_append,
+                  submit_progress_get, submit_mailbox_range, submit_watermark_get,
+                  submit_watermark_advance},
+    .stats = store_stats,
+    .close = store_close,
+};
+
+/* "PATH" or "PATH?max_page_count=N" (a size cap, used by tests to provoke SQLITE_FULL). */
+static int parse_location(const char *loc, sq_store *st) {
+  const char *q = strchr(loc, '?');
+  st->path = q ? qim_strndup(loc, (size_t)(q - loc)) : qim_strdup(loc);
+  if (!*st->path) return -EINVAL;
+  if (!q) return 0;
+  const char *key = "max_page_count=";
+  if (strncmp(q + 1, key, strlen(key)) != 0) return -EINVAL;
+  char *end;
+  errno = 0;
+  long long v = strtoll(q + 1 + strlen(key), &end, 10);
+  if (errno || *end || v <= 0) return -EINVAL;
+  st->max_page_count = v;
+  return 0;
+}
+
+static void apply_defaults(qim_store_options *o) {
+  if (!o->queue_capacity) o->queue_capacity = DEFAULT_QUEUE_CAPACITY;
+  if (!o->reader_threads) o->reader_threads = DEFAULT_READERS;
+  if (o->reader_threads > MAX_READERS) o->reader_threads = MAX_READERS;
+  if (!o->max_batch) o->max_batch = DEFAULT_MAX_BATCH;
+}
+
+/* Starts the writer, then the readers; *writer_started tells the failure path what to
+ * undo. */
+static int start_threads(sq_store *st, bool *writer_started) {
+  int rc = pthread_create(&st->writer, NULL, writer_main, st);
+  if (rc) return -rc;
+  *writer_started = true;
+  st->readers = qim_calloc(st->opt.reader_threads, sizeof *st->readers);
+  for (uint32_t i = 0; i < st->opt.reader_threads; i++) {
+    reader_arg *a = qim_malloc(sizeof *a);
+    *a = (reader_arg){st, &st->rconns[i]};
+    rc = pthread_create(&st->readers[i], NULL, reader_main, a);
+    if (rc) {
+      qim_free(a);
+      return -rc;
+    }
+    st->reader_count++;
+  }
+  return 0;
+}
+
+/* Releases a store whose threads may be partly started (open failure path). */
+static void open_fail(sq_store *st, bool threads) {
+  if (threads) {
+    store_close(&st->base);
+    return;
+  }
+  for (uint32_t i = 0; st->rconns && i < st->opt.reader_threads; i++) conn_close(&st->rconns[i]);
+  conn_close(&st->wconn);
+  queue_destroy(&st->wq);
+  queue_destroy(&st->rq);
+  qim_free(st->rconns);
+  qim_free(st->path);
+  qim_free(st);
+}
+
+int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_store **out) {
+  if (!opt || opt->shards.shard_count < 1 || opt->shards.lanes_per_shard < 1 ||
+      opt->shards.lanes_per_shard > 255)
+    return -EINVAL;
+  sq_store *st = qim_calloc(1, sizeof *st);
+  st->base.vt = &sqlite_vtable;
+  st->opt = *opt;
+  apply_defaults(&st->opt);
+  int rc = queue_init(&st->wq, st->opt.queue_capacity);
+  if (rc == 0) rc = queue_init(&st->rq, st->opt.queue_capacity);
+  if (rc) {
+    qim_free(st);
+    return rc;
+  }
+  rc = parse_location(location, st);
+  if (rc == 0) rc = conn_open(st, &st->wconn, true);
+  if (rc == 0) rc = sq_schema_migrate(&st->wconn, &st->opt.shards);
+  if (rc == 0) {
+    st->rconns = qim_calloc(st->opt.reader_threads, sizeof *st->rconns);
+    for (uint32_t i = 0; rc == 0 && i < st->opt.reader_threads; i++)
+      rc = conn_open(st, &st->rconns[i], false);
+  }
+  if (rc) {
+    open_fail(st, false);
+    return rc;
+  }
+  bool writer_started = false;
+  rc = start_threads(st, &writer_started);
+  if (rc) {
+    open_fail(st, writer_started);
+    return rc;
+  }
+  *out = &st->base;
+  return 0;
+}

@@ -1,0 +1,209 @@
+/*
+ * sqlite_int.h — private to the SQLite backend (src/store/sqlite*.c).
+ *
+ * The backend is one database file in WAL mode with one writer thread and a few reader
+ * threads, each with its own connection. Every vtable call becomes an operation: a
+ * descriptor (sq_op) that says whether it writes, how to validate it synchronously,
+ * how to execute it on a connection, and how to report storage failures in the
+ * caller's domain. The writer runs many operations in one transaction (group commit)
+ * with a SAVEPOINT around each; readers run one operation per read transaction, so
+ * every read sees one consistent snapshot.
+ *
+ * Domain files (sqlite_accounts.c, sqlite_conv.c, sqlite_intents.c, sqlite_history.c,
+ * sqlite_logs.c, sqlite_mailbox.c) define the operations; sqlite.c owns threads,
+ * queues, transactions, the statement cache and the schema.
+ */
+#ifndef QIM_STORE_SQLITE_INT_H
+#define QIM_STORE_SQLITE_INT_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "store/store.h"
+
+/* Every operation of the backend: X(ENUM, name, request type). */
+#define SQ_OPS(X)                                                  \
+  X(USER_CREATE, user_create, qim_store_user_create_req)           \
+  X(USER_GET, user_get, qim_store_user_get_req)                    \
+  X(USER_UPDATE, user_update, qim_store_user_update_req)           \
+  X(CRED_CREATE, cred_create, qim_store_cred_create_req)           \
+  X(CRED_GET, cred_get, qim_store_cred_get_req)                    \
+  X(CRED_UPDATE, cred_update, qim_store_cred_update_req)           \
+  X(APIKEY_PUT, apikey_put, qim_store_apikey_put_req)              \
+  X(APIKEY_GET, apikey_get, qim_store_apikey_get_req)              \
+  X(CONV_CREATE, conv_create, qim_store_conv_create_req)           \
+  X(CONV_GET, conv_get, qim_store_conv_get_req)                    \
+  X(CONV_UPDATE, conv_update, qim_store_conv_update_req)           \
+  X(MEMBERS_CHANGE, members_change, qim_store_members_change_req)  \
+  X(MEMBER_GET, member_get, qim_store_member_get_req)              \
+  X(MEMBERS_AT, members_at, qim_store_members_at_req)              \
+  X(MEMBER_RECEIPT, member_receipt, qim_store_member_receipt_req)  \
+  X(SUBSCRIPTIONS, subscriptions, qim_store_subscriptions_req)     \
+  X(INTENT_RESERVE, intent_reserve, qim_store_intent_reserve_req)  \
+  X(INTENT_ADVANCE, intent_advance, qim_store_intent_advance_req)  \
+  X(INTENT_LOAD, intent_load, qim_store_intent_load_req)           \
+  X(INTENT_LIST, intent_list, qim_store_intent_list_req)           \
+  X(INTENT_FORGET, intent_forget, qim_store_intent_forget_req)     \
+  X(RECORD_GET, record_get, qim_store_record_get_req)              \
+  X(RECORD_QUERY, record_query, qim_store_record_query_req)        \
+  X(RECORD_SET_STATE, record_set_state, qim_store_record_set_state_req) \
+  X(DELLOG_ADD, dellog_add, qim_store_dellog_add_req)              \
+  X(DELLOG_QUERY, dellog_query, qim_store_dellog_query_req)        \
+  X(RECORD_EXPIRE, record_expire, qim_store_record_expire_req)     \
+  X(LOG_APPEND, log_append, qim_store_log_append_req)              \
+  X(LOG_READ, log_read, qim_store_log_read_req)                    \
+  X(CONSUMER_GET, consumer_get, qim_store_log_consumer_get_req)    \
+  X(CONSUMER_SET, consumer_set, qim_store_log_consumer_set_req)    \
+  X(LOG_TRIM, log_trim, qim_store_log_trim_req)                    \
+  X(LOG_REDACT, log_redact, qim_store_log_redact_req)              \
+  X(SHARD_TAKEOVER, shard_takeover, qim_store_shard_takeover_req)  \
+  X(SHARD_GET, shard_get, qim_store_shard_get_req)                 \
+  X(MAILBOX_APPEND, mailbox_append, qim_store_mailbox_append_req)  \
+  X(PROGRESS_GET, progress_get, qim_store_progress_get_req)        \
+  X(MAILBOX_RANGE, mailbox_range, qim_store_mailbox_range_req)     \
+  X(WATERMARK_GET, watermark_get, qim_store_watermark_get_req)     \
+  X(WATERMARK_ADVANCE, watermark_advance, qim_store_watermark_advance_req)
+
+typedef enum sq_op_id {
+#define SQ_ENUM_(E, n, T) SQ_OP_##E,
+  SQ_OPS(SQ_ENUM_)
+#undef SQ_ENUM_
+  SQ_OP_COUNT
+} sq_op_id;
+
+typedef struct sq_store sq_store;
+
+/* A connection and its prepared-statement cache. Used by exactly one thread. */
+typedef struct sq_conn {
+  sqlite3 *db;
+  sq_store *st;
+  struct sq_slot *slots; /* open-addressed cache keyed by the SQL text's address */
+  size_t slot_cap, slot_n;
+  sqlite3_stmt *used[32]; /* statements handed out during the current operation */
+  size_t used_n;
+} sq_conn;
+
+/*
+ * An operation. exec returns 0 or a status (domain errors raised); storage failures
+ * come back as -errno from the helpers below and are translated by the runner into
+ * the operation's domain: `unavailable` for a failed statement, `aborted` when SQLite
+ * rolled the whole transaction back, `not_durable` when COMMIT failed (0 keeps -errno).
+ */
+typedef struct sq_op {
+  const char *name;
+  bool write;
+  /* Synchronous validation (-EINVAL) that also clears the outputs `discard` frees, so a
+   * request failed before it ran owns nothing; NULL = nothing to check. */
+  int (*prepare)(const sq_store *st, qim_store_req *r);
+  int (*exec)(sq_conn *c, qim_store_req *r);
+  void (*discard)(qim_store_req *r);        /* frees outputs of a failed op; NULL = none */
+  int unavailable, aborted, not_durable;
+} sq_op;
+
+#define SQ_DECLARE_OP_(E, n, T) extern const sq_op sq_op_##n;
+SQ_OPS(SQ_DECLARE_OP_)
+#undef SQ_DECLARE_OP_
+
+/* Bounded FIFO of requests, linked through req->next_. */
+typedef struct sq_queue {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  qim_store_req *head, *tail;
+  uint32_t count, cap;
+  bool closing;
+} sq_queue;
+
+struct sq_store {
+  qim_store base;
+  qim_store_options opt;
+  char *path;
+  int64_t max_page_count; /* 0 = SQLite's default */
+  sq_queue wq, rq;
+  pthread_t writer;
+  pthread_t *readers;
+  uint32_t reader_count;
+  sq_conn wconn;
+  sq_conn *rconns;
+  struct {
+    _Atomic uint64_t operations, transactions, fsyncs, failed, rejected, reads;
+    _Atomic uint64_t hist[8];
+  } stats;
+};
+
+/* ---- sqlite.c: statements and status mapping ------------------------------------- */
+
+/* A cached statement for `sql` (a string literal: the cache is keyed by its address),
+ * reset and unbound, or NULL (then sq_last_error gives the status). The statement is
+ * reset again when the operation ends, so it never pins a read snapshot. */
+sqlite3_stmt *sq_prep(sq_conn *c, const char *sql);
+/* The -errno for the connection's last error. */
+int sq_last_error(sq_conn *c);
+/* -errno for an SQLite result code (SQLITE_FULL → -ENOSPC, IOERR → -EIO, ...). */
+int sq_errno(int sqlite_rc);
+/* Steps once: 1 = a row, 0 = done, <0 = -errno. */
+int sq_step(sq_conn *c, sqlite3_stmt *st);
+/* Steps a statement that returns no rows: 0 or -errno. */
+int sq_run(sq_conn *c, sqlite3_stmt *st);
+/* Rows changed by the last statement. */
+static inline int sq_changes(sq_conn *c) { return sqlite3_changes(c->db); }
+
+/* Binding and reading ids: 16-byte big-endian blobs, so they sort like the numbers. */
+void sq_bind_u128(sqlite3_stmt *st, int i, qim_u128 v);
+void sq_bind_id16(sqlite3_stmt *st, int i, const uint8_t b[16]);
+static inline void sq_bind_u64(sqlite3_stmt *st, int i, uint64_t v) {
+  sqlite3_bind_int64(st, i, (sqlite3_int64)v);
+}
+/* NULL binds SQL NULL. */
+void sq_bind_text(sqlite3_stmt *st, int i, const char *s);
+/* Bytes bound without a copy: they must stay valid until the statement's last step. */
+void sq_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n);
+qim_u128 sq_col_u128(sqlite3_stmt *st, int i);
+void sq_col_id16(sqlite3_stmt *st, int i, uint8_t out[16]);
+static inline uint64_t sq_col_u64(sqlite3_stmt *st, int i) {
+  return (uint64_t)sqlite3_column_int64(st, i);
+}
+/* A qim_malloc'd copy, or NULL for SQL NULL. */
+char *sq_col_text(sqlite3_stmt *st, int i);
+void sq_col_bytes(sqlite3_stmt *st, int i, qim_bytes *out);
+
+/* The stream id stored in the log tables: 0 = outbox, 2^32 | shard = a dispatch stream. */
+static inline int64_t sq_stream_id(qim_log_stream s) {
+  return s.kind == QIM_LOG_STREAM_OUTBOX ? 0 : (INT64_C(1) << 32) | s.shard;
+}
+/* Validation shared by the log and mailbox operations. */
+static inline bool sq_stream_valid(qim_log_stream s) {
+  return s.kind == QIM_LOG_STREAM_OUTBOX ||
+         s.kind == QIM_LOG_STREAM_MAILBOX_DISPATCH;
+}
+
+/* Sentinel "open" end of a versioned membership row. */
+#define SQ_VERSION_OPEN INT64_MAX
+
+/* ---- cross-domain helpers (each defined in its domain's file) -------------------------- */
+
+/* sqlite_logs.c: one append inside the current transaction; key NULL = a fence record.
+ * A repeated key returns the first position with *existed = true. */
+int sq_log_append_one(sq_conn *c, qim_log_stream stream, const uint8_t key[16],
+                      const qim_bytes *payload, bool fence, uint64_t *offset,
+                      qim_shard_epoch *epoch, bool *existed);
+/* sqlite_mailbox.c: the shard's current epoch (0 before the first takeover). */
+int sq_shard_epoch(sq_conn *c, qim_mailbox_shard_id shard, qim_shard_epoch *epoch);
+/* sqlite_mailbox.c: drops the content of every mailbox entry of one message. */
+int sq_mailbox_wipe_message(sq_conn *c, const qim_message_id *message_id);
+/* sqlite_intents.c: drops the record content from the stored intent of a message. */
+int sq_intent_wipe_body(sq_conn *c, const qim_commit_key *key);
+/* sqlite_history.c: empties a record's content in place (type and schema version kept). */
+void sq_content_wipe(qim_message_content *content);
+/* sqlite_conv.c: the target shards of the current membership, ascending. */
+int sq_conv_target_shards(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
+                          qim_mailbox_shard_id **out, size_t *count);
+/* sqlite_conv.c: true when `user` is a current member of the conversation. */
+int sq_member_is_current(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
+                         qim_user_id user, bool *out);
+
+/* sqlite.c: schema creation and migrations on the writer connection. */
+int sq_schema_migrate(sq_conn *c, const qim_shard_config *shards);
+
+#endif

@@ -1,0 +1,197 @@
+/*
+ * sqlite_schema.c — the SQLite backend's tables and their migrations.
+ *
+ * The schema version lives in PRAGMA user_version; each migration moves it up by one
+ * inside one transaction, so a crash mid-migration leaves the previous version intact.
+ * The shard configuration is written to `meta` when the database is created and checked
+ * on every open: shard and lane assignment is a pure function of it, so opening with a
+ * different one would silently misroute mailboxes (-EINVAL instead).
+ *
+ * Conventions: ids are 16-byte big-endian BLOBs (they sort like the numbers); u64 values
+ * are INTEGER (every stored u64 fits in 63 bits: seqs, offsets, mailbox seqs, millis);
+ * values that are only ever read whole use the canonical encodings of record.h (`body`
+ * columns), and everything a query filters or orders by is a real column next to them.
+ */
+#include <errno.h>
+
+#include "qim/log.h"
+#include "store/sqlite_int.h"
+
+/* Version 1: the whole store. */
+static const char schema_v1[] =
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
+
+    /* accounts */
+    "CREATE TABLE users(tenant BLOB NOT NULL, user BLOB NOT NULL, public_json TEXT,"
+    " private_json TEXT, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,"
+    " token_epoch INTEGER NOT NULL, PRIMARY KEY(tenant, user)) WITHOUT ROWID;"
+    "CREATE TABLE credentials(tenant BLOB NOT NULL, login TEXT NOT NULL, user BLOB NOT NULL,"
+    " secret_hash TEXT NOT NULL, PRIMARY KEY(tenant, login)) WITHOUT ROWID;"
+    "CREATE INDEX credentials_user ON credentials(tenant, user);"
+    "CREATE TABLE apikeys(api_key TEXT PRIMARY KEY, tenant BLOB NOT NULL) WITHOUT ROWID;"
+
+    /* conversations; next_order orders intents that share a seq position */
+    "CREATE TABLE conversations(tenant BLOB NOT NULL, conv BLOB NOT NULL, kind INTEGER NOT NULL,"
+    " owner BLOB NOT NULL, direct0 BLOB NOT NULL, direct1 BLOB NOT NULL,"
+    " latest_seq INTEGER NOT NULL, next_order INTEGER NOT NULL, delid INTEGER NOT NULL,"
+    " last_activity BLOB NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,"
+    " touched_at INTEGER NOT NULL, public_json TEXT, mode_auth INTEGER NOT NULL,"
+    " mode_anon INTEGER NOT NULL, membership_version INTEGER NOT NULL,"
+    " member_count INTEGER NOT NULL, deleted INTEGER NOT NULL,"
+    " PRIMARY KEY(tenant, conv)) WITHOUT ROWID;"
+    /* the latest state of each (conversation, user); left_at NULL = current member */
+    "CREATE TABLE members(tenant BLOB NOT NULL, conv BLOB NOT NULL, user BLOB NOT NULL,"
+    " role INTEGER NOT NULL, mode_want INTEGER NOT NULL, mode_given INTEGER NOT NULL,"
+    " joined_at INTEGER NOT NULL, left_at INTEGER, banned INTEGER NOT NULL,"
+    " read_seq INTEGER NOT NULL, recv_seq INTEGER NOT NULL, clear_delid INTEGER NOT NULL,"
+    " private_json TEXT, updated_at INTEGER NOT NULL,"
+    " PRIMARY KEY(tenant, conv, user)) WITHOUT ROWID;"
+    "CREATE INDEX members_user ON members(tenant, user);"
+    /* membership history: the member set at version v = rows with from <= v < to */
+    "CREATE TABLE member_versions(tenant BLOB NOT NULL, conv BLOB NOT NULL, user BLOB NOT NULL,"
+    " from_version INTEGER NOT NULL, to_version INTEGER NOT NULL, role INTEGER NOT NULL,"
+    " joined_at INTEGER NOT NULL, PRIMARY KEY(tenant, conv, user, from_version)) WITHOUT ROWID;"
+    /* current members per mailbox shard: the target shards of a group snapshot */
+    "CREATE TABLE conv_shards(tenant BLOB NOT NULL, conv BLOB NOT NULL, shard INTEGER NOT NULL,"
+    " members INTEGER NOT NULL, PRIMARY KEY(tenant, conv, shard)) WITHOUT ROWID;"
+
+    /* commit intents; body = canonical CommitIntent, NULL once committed */
+    "CREATE TABLE intents(tenant BLOB NOT NULL, sender BLOB NOT NULL, cmid BLOB NOT NULL,"
+    " conv BLOB NOT NULL, seq INTEGER NOT NULL, ord INTEGER NOT NULL, state INTEGER NOT NULL,"
+    " message_id BLOB NOT NULL, last_activity BLOB NOT NULL, content_hash BLOB,"
+    " created_at INTEGER NOT NULL, committed_at INTEGER, outbox_offset INTEGER, body BLOB,"
+    " PRIMARY KEY(tenant, sender, cmid));"
+    "CREATE INDEX intents_in_flight ON intents(tenant, conv, seq, ord) WHERE state < 3;"
+    "CREATE INDEX intents_committed ON intents(committed_at) WHERE state = 3;"
+
+    /* history; body = canonical MessageRecord */
+    "CREATE TABLE records(tenant BLOB NOT NULL, conv BLOB NOT NULL, seq INTEGER NOT NULL,"
+    " message_id BLOB NOT NULL, sender BLOB NOT NULL, cmid BLOB NOT NULL,"
+    " message_type INTEGER NOT NULL, state INTEGER NOT NULL, retention INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, size INTEGER NOT NULL,"
+    " body BLOB NOT NULL, PRIMARY KEY(tenant, conv, seq));"
+    "CREATE INDEX records_retention ON records(tenant, retention, created_at);"
+    /* for_user NULL = a deletion for everyone */
+    "CREATE TABLE dellog(tenant BLOB NOT NULL, conv BLOB NOT NULL, delid INTEGER NOT NULL,"
+    " for_user BLOB, low INTEGER NOT NULL, hi INTEGER NOT NULL);"
+    "CREATE INDEX dellog_conv ON dellog(tenant, conv, delid);"
+    "CREATE INDEX dellog_user ON dellog(tenant, conv, for_user, low);"
+
+    /* logs; stream = sq_stream_id(); next_offset starts at 1, trim at 0 */
+    "CREATE TABLE log_streams(stream INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL,"
+    " trim INTEGER NOT NULL);"
+    "CREATE TABLE log_records(stream INTEGER NOT NULL, offset INTEGER NOT NULL, key BLOB,"
+    " epoch INTEGER NOT NULL, fence INTEGER NOT NULL, payload BLOB NOT NULL);"
+    "CREATE UNIQUE INDEX log_records_pos ON log_records(stream, offset);"
+    "CREATE UNIQUE INDEX log_records_key ON log_records(stream, key) WHERE key IS NOT NULL;"
+    "CREATE TABLE log_consumers(consumer TEXT NOT NULL, stream INTEGER NOT NULL,"
+    " offset INTEGER NOT NULL, PRIMARY KEY(consumer, stream)) WITHOUT ROWID;"
+    "CREATE INDEX log_consumers_stream ON log_consumers(stream, offset);"
+
+    /* mailboxes; body = canonical MailboxEntry */
+    "CREATE TABLE shards(shard INTEGER PRIMARY KEY, epoch INTEGER NOT NULL,"
+    " owner INTEGER NOT NULL);"
+    "CREATE TABLE mailbox(tenant BLOB NOT NULL, user BLOB NOT NULL, mseq INTEGER NOT NULL,"
+    " ordinal INTEGER NOT NULL, shard INTEGER NOT NULL, lane INTEGER NOT NULL,"
+    " message_id BLOB NOT NULL, event_type INTEGER NOT NULL, size INTEGER NOT NULL,"
+    " body BLOB NOT NULL);"
+    "CREATE UNIQUE INDEX mailbox_entry ON mailbox(tenant, user, mseq, ordinal);"
+    "CREATE INDEX mailbox_lane ON mailbox(shard, lane, mseq);"
+    "CREATE INDEX mailbox_message ON mailbox(message_id);"
+    "CREATE TABLE dispatch_chunks(dispatch_id BLOB NOT NULL, lane INTEGER NOT NULL,"
+    " chunk INTEGER NOT NULL, shard INTEGER NOT NULL, mseq INTEGER NOT NULL,"
+    " PRIMARY KEY(dispatch_id, lane, chunk)) WITHOUT ROWID;"
+    "CREATE INDEX dispatch_chunks_lane ON dispatch_chunks(shard, lane, mseq);"
+    /* chunks = ascending u32 big-endian chunk ids */
+    "CREATE TABLE dispatch_progress(dispatch_id BLOB NOT NULL, lane INTEGER NOT NULL,"
+    " shard INTEGER NOT NULL, mseq INTEGER NOT NULL, chunks BLOB NOT NULL, completed_at INTEGER,"
+    " PRIMARY KEY(dispatch_id, lane)) WITHOUT ROWID;"
+    "CREATE INDEX dispatch_progress_lane ON dispatch_progress(shard, lane, mseq);"
+    "CREATE TABLE lane_watermarks(shard INTEGER NOT NULL, lane INTEGER NOT NULL,"
+    " materialized INTEGER NOT NULL, floor INTEGER NOT NULL,"
+    " PRIMARY KEY(shard, lane)) WITHOUT ROWID;";
+
+static const char *const migrations[] = {schema_v1};
+#define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
+
+static int exec_sql(sq_conn *c, const char *sql) {
+  char *err = NULL;
+  int rc = sqlite3_exec(c->db, sql, NULL, NULL, &err);
+  if (rc != SQLITE_OK) {
+    QIM_LOGE(NULL, "store.sqlite.schema", "rc=%d msg=\"%s\"", rc, err ? err : "?");
+    sqlite3_free(err);
+    return sq_errno(rc);
+  }
+  return 0;
+}
+
+static int user_version(sq_conn *c, int *out) {
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(c->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
+    return sq_last_error(c);
+  int rc = sqlite3_step(st);
+  *out = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW ? 0 : sq_errno(rc);
+}
+
+/* One migration step: `from` → from + 1, atomically. */
+static int migrate_step(sq_conn *c, int from, const qim_shard_config *shards) {
+  char tail[200];
+  int rc = exec_sql(c, "BEGIN IMMEDIATE");
+  if (rc) return rc;
+  rc = exec_sql(c, migrations[from]);
+  if (rc == 0 && from == 0) {
+    snprintf(tail, sizeof tail,
+             "INSERT INTO meta VALUES('shard_count', %u), ('lanes_per_shard', %u);",
+             shards->shard_count, shards->lanes_per_shard);
+    rc = exec_sql(c, tail);
+  }
+  if (rc == 0) {
+    snprintf(tail, sizeof tail, "PRAGMA user_version=%d;", from + 1);
+    rc = exec_sql(c, tail);
+  }
+  if (rc == 0) rc = exec_sql(c, "COMMIT");
+  if (rc) exec_sql(c, "ROLLBACK");
+  return rc;
+}
+
+static int meta_get(sq_conn *c, const char *key, int64_t *out) {
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(c->db, "SELECT value FROM meta WHERE key=?", -1, &st, NULL) != SQLITE_OK)
+    return sq_last_error(c);
+  sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(st);
+  *out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_errno(rc);
+}
+
+static int check_shards(sq_conn *c, const qim_shard_config *shards) {
+  int64_t count, lanes;
+  int rc = meta_get(c, "shard_count", &count);
+  if (rc == 0) rc = meta_get(c, "lanes_per_shard", &lanes);
+  if (rc) return rc;
+  if (count != (int64_t)shards->shard_count || lanes != (int64_t)shards->lanes_per_shard) {
+    QIM_LOGE(NULL, "store.sqlite.shard_config_mismatch",
+             "stored_shards=%lld stored_lanes=%lld shards=%u lanes=%u", (long long)count,
+             (long long)lanes, shards->shard_count, shards->lanes_per_shard);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int sq_schema_migrate(sq_conn *c, const qim_shard_config *shards) {
+  int version;
+  int rc = user_version(c, &version);
+  if (rc) return rc;
+  if (version > SCHEMA_VERSION) {
+    QIM_LOGE(NULL, "store.sqlite.schema_too_new", "version=%d known=%d", version, SCHEMA_VERSION);
+    return -EINVAL;
+  }
+  for (; version < SCHEMA_VERSION; version++) {
+    rc = migrate_step(c, version, shards);
+    if (rc) return rc;
+  }
+  return check_shards(c, shards);
+}

@@ -1,0 +1,162 @@
+/*
+ * wrap_store.h — a forwarding store for fault injection at the store-interface level.
+ *
+ * Every call goes to the inner store unchanged, except where a switch is on:
+ *   split_append   logs.append with a consumer offset runs the appends WITHOUT the offset
+ *                  (as a backend without cross-key transactions would, or a crash right
+ *                  between the two halves), then completes with
+ *                  COMMIT_LOG_TRANSACTION_ABORTED (the offset commit failed) — or, with
+ *                  kill_after_split, SIGKILLs the process right there;
+ *   fail_read      logs.read completes with -EIO;
+ *   fail_conv_get  conversations.get completes with -EIO;
+ *   tamper         members_at results pass through tamper(req, ctx) first (a changed
+ *                  stored snapshot).
+ * Overridden calls run the inner call synchronously on the calling thread, so use the
+ * wrapper from worker/test threads (QIM_STORE_SYNC callers), as the fanout and groups do.
+ * Header-only: each tests/unit/<room>/test_*.c is its own binary.
+ */
+#ifndef QIM_WRAP_STORE_H
+#define QIM_WRAP_STORE_H
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "qim/err.h"
+#include "qim/mem.h"
+#include "store/store.h"
+
+typedef struct wrap_store {
+  qim_store base;
+  qim_store_vtable vt;
+  qim_store *inner;
+  atomic_int split_append, kill_after_split, fail_read, fail_conv_get;
+  atomic_int splits;  /* combined appends split so far */
+  void (*tamper)(qim_store_members_at_req *r, void *ctx);
+  void *tamper_ctx;
+} wrap_store;
+
+static inline wrap_store *wrap_of(qim_store *s) { return (wrap_store *)s; }
+
+#define WRAP_FN static __attribute__((unused))
+#define WRAP_FWD(grp, fn, type)                                                   \
+  WRAP_FN int wrap_##grp##_##fn(qim_store *s, type *r) {                            \
+    return wrap_of(s)->inner->vt->grp.fn(wrap_of(s)->inner, r);                     \
+  }
+WRAP_FWD(accounts, user_create, qim_store_user_create_req)
+WRAP_FWD(accounts, user_get, qim_store_user_get_req)
+WRAP_FWD(accounts, user_update, qim_store_user_update_req)
+WRAP_FWD(accounts, cred_create, qim_store_cred_create_req)
+WRAP_FWD(accounts, cred_get, qim_store_cred_get_req)
+WRAP_FWD(accounts, cred_update, qim_store_cred_update_req)
+WRAP_FWD(accounts, apikey_put, qim_store_apikey_put_req)
+WRAP_FWD(accounts, apikey_get, qim_store_apikey_get_req)
+WRAP_FWD(conversations, create, qim_store_conv_create_req)
+WRAP_FWD(conversations, update, qim_store_conv_update_req)
+WRAP_FWD(conversations, members_change, qim_store_members_change_req)
+WRAP_FWD(conversations, member_get, qim_store_member_get_req)
+WRAP_FWD(conversations, member_receipt, qim_store_member_receipt_req)
+WRAP_FWD(conversations, subscriptions, qim_store_subscriptions_req)
+WRAP_FWD(intents, reserve, qim_store_intent_reserve_req)
+WRAP_FWD(intents, advance, qim_store_intent_advance_req)
+WRAP_FWD(intents, load, qim_store_intent_load_req)
+WRAP_FWD(intents, list_in_flight, qim_store_intent_list_req)
+WRAP_FWD(intents, forget, qim_store_intent_forget_req)
+WRAP_FWD(history, get, qim_store_record_get_req)
+WRAP_FWD(history, query, qim_store_record_query_req)
+WRAP_FWD(history, set_state, qim_store_record_set_state_req)
+WRAP_FWD(history, dellog_add, qim_store_dellog_add_req)
+WRAP_FWD(history, dellog_query, qim_store_dellog_query_req)
+WRAP_FWD(history, expire, qim_store_record_expire_req)
+WRAP_FWD(logs, consumer_get, qim_store_log_consumer_get_req)
+WRAP_FWD(logs, consumer_set, qim_store_log_consumer_set_req)
+WRAP_FWD(logs, trim, qim_store_log_trim_req)
+WRAP_FWD(logs, redact, qim_store_log_redact_req)
+WRAP_FWD(mailboxes, shard_takeover, qim_store_shard_takeover_req)
+WRAP_FWD(mailboxes, shard_get, qim_store_shard_get_req)
+WRAP_FWD(mailboxes, append, qim_store_mailbox_append_req)
+WRAP_FWD(mailboxes, progress_get, qim_store_progress_get_req)
+WRAP_FWD(mailboxes, range, qim_store_mailbox_range_req)
+WRAP_FWD(mailboxes, watermark_get, qim_store_watermark_get_req)
+WRAP_FWD(mailboxes, watermark_advance, qim_store_watermark_advance_req)
+#undef WRAP_FWD
+
+/* Delivers a request's completion the way a backend does: on its queue, later. */
+WRAP_FN void wrap_run_done(qim_cq_item *it) {
+  qim_store_req *r = (qim_store_req *)it; /* `item` is the first member */
+  r->done(r);
+}
+
+WRAP_FN int wrap_complete(qim_store_req *r, int status) {
+  r->status = status;
+  r->item.run = wrap_run_done;
+  qim_cq_post(r->cq, &r->item);
+  return 0;
+}
+
+WRAP_FN int wrap_logs_append(qim_store *s, qim_store_log_append_req *r) {
+  wrap_store *w = wrap_of(s);
+  if (!atomic_load(&w->split_append) || !r->has_consumer) return w->inner->vt->logs.append(w->inner, r);
+  qim_store_log_append_req first = *r; /* same appends array: outputs land in the caller's */
+  first.has_consumer = false;
+  int rc = QIM_STORE_SYNC(w->inner, logs.append, &first);
+  atomic_fetch_add(&w->splits, 1);
+  if (rc == 0 && atomic_load(&w->kill_after_split)) raise(SIGKILL);
+  return wrap_complete(&r->req, rc ? rc : qim_err_raise(QIM_E_COMMIT_LOG_TRANSACTION_ABORTED));
+}
+
+WRAP_FN int wrap_logs_read(qim_store *s, qim_store_log_read_req *r) {
+  wrap_store *w = wrap_of(s);
+  if (atomic_load(&w->fail_read)) return wrap_complete(&r->req, -EIO);
+  return w->inner->vt->logs.read(w->inner, r);
+}
+
+WRAP_FN int wrap_conversations_get(qim_store *s, qim_store_conv_get_req *r) {
+  wrap_store *w = wrap_of(s);
+  if (atomic_load(&w->fail_conv_get)) return wrap_complete(&r->req, -EIO);
+  return w->inner->vt->conversations.get(w->inner, r);
+}
+
+WRAP_FN int wrap_conversations_members_at(qim_store *s, qim_store_members_at_req *r) {
+  wrap_store *w = wrap_of(s);
+  if (!w->tamper) return w->inner->vt->conversations.members_at(w->inner, r);
+  qim_store_members_at_req copy = *r;
+  int rc = QIM_STORE_SYNC(w->inner, conversations.members_at, &copy);
+  r->out_members = copy.out_members;
+  r->out_count = copy.out_count;
+  r->out_has_more = copy.out_has_more;
+  if (rc == 0) w->tamper(r, w->tamper_ctx);
+  return wrap_complete(&r->req, rc);
+}
+
+WRAP_FN void wrap_close(qim_store *s) { qim_free(s); } /* the inner store is the test's */
+
+static inline wrap_store *wrap_store_new(qim_store *inner) {
+  wrap_store *w = qim_calloc(1, sizeof *w);
+  w->inner = inner;
+  w->vt = (qim_store_vtable){
+      .name = "wrap",
+      .accounts = {wrap_accounts_user_create, wrap_accounts_user_get, wrap_accounts_user_update,
+                   wrap_accounts_cred_create, wrap_accounts_cred_get, wrap_accounts_cred_update,
+                   wrap_accounts_apikey_put, wrap_accounts_apikey_get},
+      .conversations = {wrap_conversations_create, wrap_conversations_get, wrap_conversations_update,
+                        wrap_conversations_members_change, wrap_conversations_member_get,
+                        wrap_conversations_members_at, wrap_conversations_member_receipt,
+                        wrap_conversations_subscriptions},
+      .intents = {wrap_intents_reserve, wrap_intents_advance, wrap_intents_load, wrap_intents_list_in_flight,
+                  wrap_intents_forget},
+      .history = {wrap_history_get, wrap_history_query, wrap_history_set_state, wrap_history_dellog_add,
+                  wrap_history_dellog_query, wrap_history_expire},
+      .logs = {wrap_logs_append, wrap_logs_read, wrap_logs_consumer_get, wrap_logs_consumer_set, wrap_logs_trim,
+               wrap_logs_redact},
+      .mailboxes = {wrap_mailboxes_shard_takeover, wrap_mailboxes_shard_get, wrap_mailboxes_append,
+                    wrap_mailboxes_progress_get, wrap_mailboxes_range, wrap_mailboxes_watermark_get,
+                    wrap_mailboxes_watermark_advance},
+      .stats = NULL,
+      .close = wrap_close,
+  };
+  w->base.vt = &w->vt;
+  return w;
+}
+
+#endif

@@ -1,0 +1,360 @@
+/*
+ * test_sqlite_ops.c — behaviour of the SQLite backend's operations, domain by domain,
+ * through the public vtable (the conformance suite runs the contract vectors; these
+ * pin down backend details and give quick coverage while developing).
+ */
+#include "store_fixture.h"
+
+typedef struct env {
+  char *dir;
+  qim_store *s;
+} env;
+
+static int setup(void **state) {
+  env *e = calloc(1, sizeof *e);
+  e->dir = qim_test_tmpdir("store-ops");
+  qim_store_options o = fx_options();
+  e->s = fx_open(e->dir, NULL, &o);
+  *state = e;
+  return 0;
+}
+
+static int teardown(void **state) {
+  env *e = *state;
+  qim_store_close(e->s);
+  qim_test_rmtree(e->dir);
+  free(e);
+  return 0;
+}
+
+/* ---- logs ------------------------------------------------------------------------------ */
+
+static int log_append1(qim_store *s, qim_log_stream stream, uint8_t keybyte, const char *payload,
+                       qim_store_log_append *out) {
+  qim_store_log_append a = {0};
+  a.stream = stream;
+  memset(a.key, keybyte, 16);
+  a.payload = (qim_bytes){(uint8_t *)payload, strlen(payload)};
+  qim_store_log_append_req r = {0};
+  r.appends = &a;
+  r.append_count = 1;
+  int rc = QIM_STORE_SYNC(s, logs.append, &r);
+  if (out) *out = a;
+  return rc;
+}
+
+static void test_log_offsets_dense_from_one_and_keys_idempotent(void **state) {
+  env *e = *state;
+  qim_log_stream outbox = {QIM_LOG_STREAM_OUTBOX, 0};
+  qim_store_log_append a;
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(log_append1(e->s, outbox, (uint8_t)(i + 1), "x", &a), 0);
+    assert_int_equal(a.out_position.offset, (uint64_t)i + 1);
+    assert_false(a.out_existed);
+  }
+  assert_int_equal(log_append1(e->s, outbox, 2, "other", &a), 0);
+  assert_true(a.out_existed);
+  assert_int_equal(a.out_position.offset, 2);
+
+  qim_store_log_read_req rd = {0};
+  rd.stream = outbox;
+  rd.from = 0;
+  rd.max = 10;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.read, &rd), 0);
+  assert_int_equal(rd.out_count, 3);
+  assert_int_equal(rd.out_end, 4);
+  assert_int_equal(rd.out_records[1].offset, 2);
+  assert_memory_equal(rd.out_records[1].payload.p, "x", 1);
+  for (size_t i = 0; i < rd.out_count; i++) qim_store_log_record_free(&rd.out_records[i]);
+  qim_free(rd.out_records);
+}
+
+static void test_log_trim_respects_consumer_and_protect(void **state) {
+  env *e = *state;
+  qim_log_stream outbox = {QIM_LOG_STREAM_OUTBOX, 0};
+  for (int i = 0; i < 10; i++) assert_int_equal(log_append1(e->s, outbox, (uint8_t)(i + 1), "p", NULL), 0);
+  qim_store_log_consumer_set_req cs = {0};
+  cs.consumer = "fanout";
+  cs.stream = outbox;
+  cs.offset = 6;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.consumer_set, &cs), 0);
+  qim_store_log_trim_req tr = {0};
+  tr.stream = outbox;
+  tr.below = 9;
+  tr.protect = 0;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.trim, &tr), 0);
+  assert_int_equal(tr.out_trim, 6);
+  tr.protect = 4;
+  tr.below = 9;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.trim, &tr), 0);
+  assert_int_equal(tr.out_trim, 6); /* never backwards */
+
+  qim_store_log_read_req rd = {0};
+  rd.stream = outbox;
+  rd.from = 5;
+  rd.max = 10;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.read, &rd), QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE);
+  rd.from = 6;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.read, &rd), 0);
+  assert_int_equal(rd.out_count, 5);
+  assert_int_equal(rd.out_trim, 6);
+  for (size_t i = 0; i < rd.out_count; i++) qim_store_log_record_free(&rd.out_records[i]);
+  qim_free(rd.out_records);
+
+  qim_store_log_redact_req red = {0};
+  red.position = (qim_log_position){outbox, 3};
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.redact, &red), QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE);
+  red.position.offset = 7;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.redact, &red), 0);
+}
+
+static void test_takeover_bumps_epoch_fences_and_stamps_dispatch(void **state) {
+  env *e = *state;
+  qim_log_stream d1 = {QIM_LOG_STREAM_MAILBOX_DISPATCH, 1};
+  qim_store_log_append a;
+  assert_int_equal(log_append1(e->s, d1, 1, "before", &a), 0);
+  assert_int_equal(a.out_epoch, 0);
+  qim_store_shard_takeover_req t = {0};
+  t.shard = 1;
+  t.owner = 77;
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.shard_takeover, &t), 0);
+  assert_int_equal(t.out_epoch, 1);
+  assert_int_equal(t.out_fence.offset, 2);
+  assert_int_equal(log_append1(e->s, d1, 2, "after", &a), 0);
+  assert_int_equal(a.out_epoch, 1);
+  assert_int_equal(a.out_position.offset, 3);
+  qim_store_shard_get_req g = {0};
+  g.shard = 1;
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.shard_get, &g), 0);
+  assert_int_equal(g.out_epoch, 1);
+  assert_int_equal(g.out_owner, 77);
+
+  qim_store_log_read_req rd = {0};
+  rd.stream = d1;
+  rd.from = 1;
+  rd.max = 10;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.read, &rd), 0);
+  assert_int_equal(rd.out_count, 3);
+  assert_true(rd.out_records[1].fence);
+  assert_int_equal(rd.out_records[1].epoch, 1);
+  for (size_t i = 0; i < rd.out_count; i++) qim_store_log_record_free(&rd.out_records[i]);
+  qim_free(rd.out_records);
+}
+
+/* ---- intents ----------------------------------------------------------------------------- */
+
+static void test_reserve_fresh_existing_committed_and_reused(void **state) {
+  env *e = *state;
+  fx_create_group(e->s, 1, 1);
+  qim_commit_intent p = fx_proposal(1, 1, 1, "hello");
+  qim_store_intent_reserve_req r = {0};
+  r.proposal = &p;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r), 0);
+  assert_int_equal(r.out.kind, QIM_RESERVE_RESULT_FRESH);
+  assert_int_equal(r.out.intent.coordinates.conversation_seq, 1);
+  assert_int_equal(r.out.intent.delivery.audience.group.membership_version, 1);
+  assert_int_equal(r.out.intent.delivery.audience.group.member_count, 1);
+  assert_int_equal(r.out.intent.delivery.audience.group.target_shard_count, 1);
+  qim_commit_intent_free(&r.out.intent);
+
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r), 0);
+  assert_int_equal(r.out.kind, QIM_RESERVE_RESULT_EXISTING);
+  assert_int_equal(r.out.intent.coordinates.conversation_seq, 1);
+  qim_commit_intent_free(&r.out.intent);
+
+  qim_commit_intent other = fx_proposal(1, 1, 1, "different");
+  r.proposal = &other;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r), QIM_E_COMMIT_CLIENT_MESSAGE_ID_REUSED);
+  qim_commit_intent_free(&other);
+
+  qim_store_intent_advance_req ar = {0};
+  ar.key = p.key;
+  ar.to = QIM_COMMIT_STATE_OUTBOXED;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), QIM_E_MESSAGE_STORE_INVALID_STATE_TRANSITION);
+  assert_int_equal(fx_commit(e->s, &p), 1); /* reserve again → EXISTING, then all steps */
+  r.proposal = &p;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r), 0);
+  assert_int_equal(r.out.kind, QIM_RESERVE_RESULT_COMMITTED);
+  assert_int_equal(r.out.committed.coordinates.conversation_seq, 1);
+
+  ar.to = QIM_COMMIT_STATE_RECORDED;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), QIM_E_MESSAGE_STORE_INVALID_STATE_TRANSITION);
+  ar.to = QIM_COMMIT_STATE_COMMITTED;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), 0);
+  assert_int_equal(ar.out_position.offset, 1);
+
+  qim_store_record_get_req g = {0};
+  g.tenant_id = fx_tenant();
+  g.conversation_id = fx_conv(1);
+  g.seq = 1;
+  assert_int_equal(QIM_STORE_SYNC(e->s, history.get, &g), 0);
+  assert_memory_equal(g.out.content.payload_or_ciphertext.p, "hello", 5);
+  qim_message_record_free(&g.out);
+  qim_commit_intent_free(&p);
+}
+
+static void test_reserve_by_non_member_is_denied(void **state) {
+  env *e = *state;
+  fx_create_group(e->s, 1, 1);
+  qim_commit_intent p = fx_proposal(1, 2, 1, "hi");
+  qim_store_intent_reserve_req r = {0};
+  r.proposal = &p;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r), QIM_E_COMMIT_PERMISSION_DENIED);
+  qim_commit_intent_free(&p);
+}
+
+static void test_outboxed_requires_predecessors(void **state) {
+  env *e = *state;
+  fx_create_group(e->s, 1, 1);
+  qim_commit_intent p1 = fx_proposal(1, 1, 1, "one"), p2 = fx_proposal(1, 1, 2, "two");
+  qim_store_intent_reserve_req r = {0};
+  r.proposal = &p1;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r), 0);
+  qim_commit_intent_free(&r.out.intent);
+  r.proposal = &p2;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r), 0);
+  qim_commit_intent_free(&r.out.intent);
+  qim_store_intent_advance_req ar = {0};
+  ar.key = p2.key;
+  ar.to = QIM_COMMIT_STATE_RECORDED;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), 0);
+  ar.to = QIM_COMMIT_STATE_OUTBOXED;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), QIM_E_COMMIT_LOG_INVARIANT_VIOLATION);
+
+  qim_store_intent_list_req lr = {0};
+  lr.limit = 10;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.list_in_flight, &lr), 0);
+  assert_int_equal(lr.out_count, 2);
+  assert_int_equal(lr.out_intents[0].coordinates.conversation_seq, 1);
+  assert_int_equal(lr.out_intents[1].state, QIM_COMMIT_STATE_RECORDED);
+  for (size_t i = 0; i < lr.out_count; i++) qim_commit_intent_free(&lr.out_intents[i]);
+  qim_free(lr.out_intents);
+  qim_commit_intent_free(&p1);
+  qim_commit_intent_free(&p2);
+}
+
+/* ---- conversations --------------------------------------------------------------------- */
+
+static void change1(qim_store *s, qim_store_member_op op, uint64_t user, int want) {
+  qim_store_member_change ch = {op, fx_user(user), QIM_GROUP_ROLE_MEMBER, 0x2F, 0x2F};
+  qim_store_members_change_req r = {0};
+  r.tenant_id = fx_tenant();
+  r.conversation_id = fx_conv(1);
+  r.changes = &ch;
+  r.change_count = 1;
+  r.member_limit = 3;
+  assert_int_equal(QIM_STORE_SYNC(s, conversations.members_change, &r), want);
+}
+
+static size_t members_at(qim_store *s, uint64_t version, int want) {
+  qim_store_members_at_req r = {0};
+  r.tenant_id = fx_tenant();
+  r.conversation_id = fx_conv(1);
+  r.version = version;
+  r.limit = 100;
+  assert_int_equal(QIM_STORE_SYNC(s, conversations.members_at, &r), want);
+  size_t n = r.out_count;
+  qim_free(r.out_members);
+  return n;
+}
+
+static void test_membership_versions_read_exactly(void **state) {
+  env *e = *state;
+  fx_create_group(e->s, 1, 1);
+  change1(e->s, QIM_STORE_MEMBER_ADD, 2, 0);    /* v2 */
+  change1(e->s, QIM_STORE_MEMBER_ADD, 3, 0);    /* v3 */
+  change1(e->s, QIM_STORE_MEMBER_ADD, 3, QIM_E_GROUP_ALREADY_EXISTS);
+  change1(e->s, QIM_STORE_MEMBER_ADD, 4, QIM_E_GROUP_MEMBER_LIMIT_EXCEEDED);
+  change1(e->s, QIM_STORE_MEMBER_BAN, 2, 0);    /* v4 */
+  change1(e->s, QIM_STORE_MEMBER_ADD, 2, QIM_E_GROUP_PERMISSION_DENIED);
+  change1(e->s, QIM_STORE_MEMBER_REMOVE, 9, QIM_E_GROUP_NOT_FOUND);
+  assert_int_equal(members_at(e->s, 1, 0), 1);
+  assert_int_equal(members_at(e->s, 2, 0), 2);
+  assert_int_equal(members_at(e->s, 3, 0), 3);
+  assert_int_equal(members_at(e->s, 4, 0), 2);
+  members_at(e->s, 5, QIM_E_FANOUT_MEMBERSHIP_SNAPSHOT_UNAVAILABLE);
+
+  qim_store_conv_get_req g = {0};
+  g.tenant_id = fx_tenant();
+  g.conversation_id = fx_conv(1);
+  assert_int_equal(QIM_STORE_SYNC(e->s, conversations.get, &g), 0);
+  assert_int_equal(g.out.membership_version, 4);
+  assert_int_equal(g.out.member_count, 2);
+  qim_store_conversation_free(&g.out);
+
+  qim_store_subscriptions_req sr = {0};
+  sr.tenant_id = fx_tenant();
+  sr.user_id = fx_user(2);
+  sr.limit = 10;
+  assert_int_equal(QIM_STORE_SYNC(e->s, conversations.subscriptions, &sr), 0);
+  assert_int_equal(sr.out_count, 1);
+  assert_true(sr.out_members[0].banned);
+  assert_true(sr.out_members[0].has_left_at);
+  qim_store_member_free(&sr.out_members[0]);
+  qim_store_conversation_free(&sr.out_convs[0]);
+  qim_free(sr.out_members);
+  qim_free(sr.out_convs);
+}
+
+/* ---- history --------------------------------------------------------------------------- */
+
+static void test_wipe_body_erases_history_and_intent(void **state) {
+  env *e = *state;
+  fx_create_group(e->s, 1, 1);
+  qim_commit_intent p = fx_proposal(1, 1, 1, "secret");
+  qim_store_intent_reserve_req rr = {0};
+  rr.proposal = &p;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &rr), 0);
+  qim_commit_intent_free(&rr.out.intent);
+  qim_store_intent_advance_req ar = {0};
+  ar.key = p.key;
+  ar.to = QIM_COMMIT_STATE_RECORDED;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), 0);
+
+  qim_store_record_set_state_req sr = {0};
+  sr.tenant_id = fx_tenant();
+  sr.conversation_id = fx_conv(1);
+  sr.seq = 1;
+  sr.state = QIM_MESSAGE_STATE_DELETED;
+  sr.wipe_body = true;
+  assert_int_equal(QIM_STORE_SYNC(e->s, history.set_state, &sr), 0);
+
+  qim_store_intent_load_req lr = {0};
+  lr.key = p.key;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.load, &lr), 0);
+  assert_int_equal(lr.out.kind, QIM_LOADED_COMMIT_IN_FLIGHT);
+  assert_int_equal(lr.out.intent.record.content.payload_or_ciphertext.n, 0);
+  qim_commit_intent_free(&lr.out.intent);
+
+  qim_store_record_query_req q = {0};
+  q.tenant_id = fx_tenant();
+  q.conversation_id = fx_conv(1);
+  q.viewer = fx_user(1);
+  q.window_high = 100;
+  q.max_items = 10;
+  assert_int_equal(QIM_STORE_SYNC(e->s, history.query, &q), 0);
+  assert_int_equal(q.out_count, 1);
+  assert_int_equal(q.out_records[0].state, QIM_MESSAGE_STATE_DELETED);
+  assert_int_equal(q.out_records[0].content.payload_or_ciphertext.n, 0);
+  qim_message_record_free(&q.out_records[0]);
+  qim_free(q.out_records);
+  q.skip_deleted = true;
+  assert_int_equal(QIM_STORE_SYNC(e->s, history.query, &q), 0);
+  assert_int_equal(q.out_count, 0);
+  qim_free(q.out_records);
+  qim_commit_intent_free(&p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_log_offsets_dense_from_one_and_keys_idempotent, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_log_trim_respects_consumer_and_protect, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_takeover_bumps_epoch_fences_and_stamps_dispatch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reserve_fresh_existing_committed_and_reused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reserve_by_non_member_is_denied, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_outboxed_requires_predecessors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_membership_versions_read_exactly, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_wipe_body_erases_history_and_intent, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
