@@ -21,7 +21,7 @@
 #define SEQ_OPEN 0x0FFFFFFFull
 
 static uint32_t clamp(uint32_t v, uint32_t dflt, uint32_t max) {
-  if (v == 0) return dflt;
+  if (v == 0) v = dflt;
   return v > max ? max : v;
 }
 
