@@ -334,7 +334,7 @@ static int expire_exec(sq_conn *c, qim_store_req *base) {
   size_t n = 0, cap = 0;
   int rc = expire_collect(c, r, &v, &n);
   if (rc) return rc;
-  qsort(v, n, sizeof *v, victim_cmp);
+  if (n) qsort(v, n, sizeof *v, victim_cmp);
   for (size_t i = 0; rc == 0 && i < n; i++) {
     rc = change_record(c, r->tenant_id, v[i].conv, v[i].seq, QIM_MESSAGE_STATE_DELETED, true, r->now);
     bool last_of_conv = i + 1 == n || !qim_u128_eq(v[i + 1].conv.v, v[i].conv.v);

@@ -122,7 +122,7 @@ FX_FN void fx_read(qim_store *s, qim_log_stream stream, fx_log *out) {
     qim_store_log_read_req r = {.stream = stream, .from = from, .max = 500};
     assert_int_equal(QIM_STORE_SYNC(s, logs.read, &r), 0);
     out->r = qim_realloc(out->r, (out->n + r.out_count + 1) * sizeof *out->r);
-    memcpy(out->r + out->n, r.out_records, r.out_count * sizeof *r.out_records);
+    if (r.out_count) memcpy(out->r + out->n, r.out_records, r.out_count * sizeof *r.out_records);
     out->n += r.out_count;
     if (r.out_count) from = r.out_records[r.out_count - 1].offset + 1;
     size_t got = r.out_count;
