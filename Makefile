@@ -2,13 +2,16 @@
 #   make run     install Debian packages if missing, build, start qimd on 127.0.0.1:6060 (data in ./var)
 #   make test    install, build with gcc and run every test; then the clang ASan+UBSan build, same tests
 #   make build   gcc build only (./build)         make san   clang sanitizer build only (./build-san)
+#   make bench-history  p50/p99 of a 50-message history page from a 1,000,000-message conversation
+#                (bench/history.c; BENCH_DIR on a real disk, default /tmp; BENCH_ARGS e.g. "--strict")
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
 # Sub-makes run by cmake --build need not announce every directory.
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean
+.PHONY: deps build san run test test-gcc test-san clean bench-history
+BENCH_DIR ?= /tmp
 
 deps:
 	@./scripts/deps.sh
@@ -36,6 +39,9 @@ test-san: san
 # Both builds always run, so one failure does not hide the other's results.
 test: deps
 	@status=0; $(MAKE) test-gcc || status=1; $(MAKE) test-san || status=1; exit $$status
+
+bench-history: build
+	./build/bench/qim-bench-history $(BENCH_DIR) $(BENCH_ARGS)
 
 clean:
 	rm -rf build build-san
