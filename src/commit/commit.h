@@ -50,6 +50,7 @@ typedef struct qim_commit_config {
   uint32_t recovery_page;        /* intents per listing (1024) */
   uint32_t retry_base_ms, retry_max_ms; /* backoff of a failing step: base·2^n capped (100, 30000) */
   bool verify_outbox;            /* read each publication back: envelope.record == intent.record (true) */
+  uint32_t outbox_pipeline;      /* OUTBOXED steps of one conversation in flight at once (32) */
 } qim_commit_config;
 
 void qim_commit_config_default(qim_commit_config *cfg);
@@ -103,6 +104,7 @@ typedef struct qim_commit_op {
  *   COMMIT_CLOCK_UNSAFE               the clock stepped back past the tolerance
  *   COMMIT_CLIENT_MESSAGE_ID_REUSED   the key is in flight here with other content (ctrl 409)
  *   -ESHUTDOWN                        the commit is closing
+ *   -EINVAL                           op has no cq or done
  * Asynchronous outcomes (result.status): 0 with the ACK after Committed;
  * COMMIT_PERMISSION_DENIED (not a current member / no W mode / unknown or deleted
  * conversation); COMMIT_INVALID_REFERENCE (reply_to seq missing or not visible to the
@@ -172,6 +174,7 @@ typedef struct qim_commit_task {
   uint64_t adopted;           /* orphans this pass took over (not driven by a live send) */
   uint64_t committed;         /* of those, driven to Committed */
   uint64_t failed;            /* of those, whose step failed (retried later with backoff) */
+  uint64_t blocked;           /* of those, waiting behind one that failed (never skipped) */
   uint64_t retried;           /* failed intents whose backoff had passed, restarted */
   uint64_t forgotten;         /* forget: committed keys dropped */
   qim_cq_item item_;          /* private */
@@ -183,8 +186,9 @@ typedef struct qim_commit_task {
  * Committed (store intents.list_in_flight) and drives each orphan — older than
  * recovery_grace_ms, not driven by a live send — to Committed from what it holds, in
  * (seq, order) order per conversation. Completes when every adopted intent reached
- * Committed or failed (a failed one keeps its conversation waiting and is retried with
- * backoff by later passes; it is never skipped). Returns 0 or a submit error.
+ * Committed, failed, or waits behind one that failed (a failed one keeps its
+ * conversation waiting and is retried with backoff by later passes; it is never
+ * skipped). Returns 0 or a submit error.
  */
 int qim_commit_recover(qim_commit *c, qim_commit_task *t);
 int qim_commit_recover_sync(qim_commit *c, qim_commit_task *out);

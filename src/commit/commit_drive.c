@@ -6,12 +6,14 @@
  *            ──read back, compare envelope──▶ (verified) ──advance COMMITTED──▶ Committed
  *
  * Recording has no order constraint, so every intent records as soon as it is reserved.
- * Outboxing is serialized per conversation: only the conversation's head may take the
- * step, one at a time. The head is
- *   - while a drain runs: the first intent of the drain's listing not yet Outboxed;
- *   - otherwise: the lowest (seq, order) reserved intent not yet Outboxed, provided no
- *     reserve submitted before that intent's reserve completed is still unanswered (it
- *     could hold a lower seq: the store does not promise to answer in order).
+ * Outboxing follows the conversation's order:
+ *   - while a drain runs: one at a time, the first intent of the drain's listing not yet
+ *     Outboxed;
+ *   - otherwise: in (seq, order) order, an intent taking the step only once every lower
+ *     one is Outboxed or taking it too — up to outbox_pipeline in flight, submitted in
+ *     order, which a store applies in order (one writer queue) — and only when no
+ *     reserve submitted before its own reserve completed is unanswered (it could hold a
+ *     lower seq: the store does not promise to answer in order).
  * The store checks the same rule (OUTBOXED refuses to skip a lower intent); a refusal
  * means some intent this process did not know of is ahead — another node's, or one
  * left by a crash — and starts a drain of the conversation (commit_recover.c).
@@ -31,13 +33,13 @@
 
 static const char *const state_names[] = {"reserved", "recorded", "outboxed", "committed"};
 
-void qim__entry_log(const qim__commit_entry *e, const char *event, const char *extra) {
+void qim__entry_logl(qim_log_level level, const qim__commit_entry *e, const char *event, const char *extra) {
   char conv[33], cmid[33];
   qim__u128_hex(e->conv->id.v, conv);
   qim__hex16(e->key.client_message_id.b, cmid);
   unsigned long long seq = e->reserved ? (unsigned long long)e->intent.coordinates.conversation_seq : 0;
-  QIM_LOGI(&e->trace, event, "conv=%s cmid=%s seq=%llu state=%s%s%s", conv, cmid, seq,
-           state_names[e->state & 3], extra ? " " : "", extra ? extra : "");
+  qim_log(level, &e->trace, event, "conv=%s cmid=%s seq=%llu state=%s%s%s", conv, cmid, seq,
+          state_names[e->state & 3], extra ? " " : "", extra ? extra : "");
 }
 
 /* ---- the conversation's lists ----------------------------------------------------------- */
@@ -75,14 +77,28 @@ void qim__ready_remove(qim__commit_conv *cv, qim__commit_entry *e) {
   e->in_ready = false;
 }
 
-/* May `e` take the OUTBOXED step now? (the rule in the file comment) */
-static bool may_outbox(const qim__commit_conv *cv, const qim__commit_entry *e) {
-  if (cv->outboxing) return false;
+/*
+ * Normal order: the entry that may take the OUTBOXED step next is the first of the
+ * ready list not already taking it — every entry before it is then in flight, and the
+ * store applies them in the order they were submitted — provided no reserve submitted
+ * before this entry's reserve completed is unanswered (it could hold a lower seq).
+ */
+static qim__commit_entry *next_to_outbox(const qim_commit *c, const qim__commit_conv *cv) {
+  if (cv->outboxing >= c->cfg.outbox_pipeline) return NULL;
+  for (qim__commit_entry *e = cv->ready_head; e; e = e->rnext) {
+    if (e->outboxing) continue;
+    if (cv->pending_head && cv->pending_head->ticket <= e->horizon) return NULL;
+    return e;
+  }
+  return NULL;
+}
+
+/* May `e` take the OUTBOXED step now? A drain goes one intent at a time. */
+static bool may_outbox(const qim_commit *c, const qim__commit_conv *cv, const qim__commit_entry *e) {
   if (cv->draining)
-    return !cv->listing && cv->drain_pos < cv->drain_n &&
+    return cv->outboxing == 0 && !cv->listing && cv->drain_pos < cv->drain_n &&
            qim__commit_key_equal(&cv->drain_keys[cv->drain_pos], &e->key);
-  if (cv->ready_head != e) return false;
-  return !cv->pending_head || cv->pending_head->ticket > e->horizon;
+  return next_to_outbox(c, cv) == e;
 }
 
 /* ---- waiters ------------------------------------------------------------------------------ */
@@ -105,8 +121,31 @@ void qim__entry_complete_waiters(qim_commit *c, qim__commit_entry *e, int status
 static void entry_finish(qim_commit *c, qim__commit_entry *e) {
   qim__entry_log(e, "commit.committed", NULL);
   qim__entry_complete_waiters(c, e, 0);
-  if (e->pass) qim__pass_release(c, e->pass, true);
+  if (e->pass) qim__pass_release(c, e->pass, QIM__PASS_COMMITTED);
   qim__entry_free(c, e);
+}
+
+/*
+ * The head of the conversation failed a step and waits for its backoff: what waits
+ * behind it (not below its seq) cannot move either. Its sends are answered Recoverable
+ * now rather than held for an unknown time — the intents are durable and follow the
+ * head as soon as it moves — and a recovery pass stops waiting for them.
+ */
+static void settle_behind_failed_head(qim_commit *c, qim__commit_conv *cv, const qim__commit_entry *h) {
+  qim_conversation_seq seq = h->intent.coordinates.conversation_seq;
+  for (qim__commit_entry *e = cv->all_head; e; e = e->anext) {
+    if (e == h || !e->reserved || e->reserving || e->state >= QIM_COMMIT_STATE_OUTBOXED) continue;
+    if (e->intent.coordinates.conversation_seq < seq || (!e->waiters && !e->pass)) continue;
+    if (e->waiters) {
+      qim__entry_logl(QIM_LOG_WARN, e, "commit.blocked", "why=predecessor_failed");
+      qim__entry_complete_waiters(c, e, qim_err_raise(QIM_E_COMMIT_RECOVERABLE));
+    }
+    if (e->pass) {
+      qim__commit_pass *p = e->pass;
+      e->pass = NULL;
+      qim__pass_release(c, p, QIM__PASS_BLOCKED);
+    }
+  }
 }
 
 void qim__entry_fail(qim_commit *c, qim__commit_entry *e, int cause, const char *step, int waiter_code) {
@@ -120,13 +159,13 @@ void qim__entry_fail(qim_commit *c, qim__commit_entry *e, int cause, const char 
   char extra[160];
   snprintf(extra, sizeof extra, "step=%s err=%s attempt=%u retry_in_ms=%llu", step, qim_err_name(cause),
            e->attempts, (unsigned long long)backoff);
-  qim__entry_log(e, "commit.step_failed", extra);
+  qim__entry_logl(QIM_LOG_WARN, e, "commit.step_failed", extra);
   if (e->waiters) {
     int code = waiter_code ? waiter_code : qim_err_raise(QIM_E_COMMIT_RECOVERABLE);
     qim__entry_complete_waiters(c, e, code);
   }
   if (e->pass) {
-    qim__pass_release(c, e->pass, false);
+    qim__pass_release(c, e->pass, QIM__PASS_FAILED);
     e->pass = NULL;
   }
 }
@@ -167,7 +206,7 @@ static void submitted(qim_commit *c, qim__commit_entry *e, int rc, const char *s
   qim__inflight_done(c);
   if (e->outboxing) {
     e->outboxing = false;
-    e->conv->outboxing = false;
+    e->conv->outboxing--;
   }
   qim__entry_fail(c, e, rc, step, 0);
 }
@@ -179,7 +218,7 @@ static void submit_advance(qim_commit *c, qim__commit_entry *e, qim_commit_state
   e->rq.adv.now = qim__wall_ms(c);
   if (to == QIM_COMMIT_STATE_OUTBOXED) {
     e->outboxing = true;
-    e->conv->outboxing = true;
+    e->conv->outboxing++;
   }
   submitted(c, e, c->store->vt->intents.advance(c->store, &e->rq.adv), state_names[to]);
 }
@@ -207,7 +246,7 @@ void qim__entry_drive(qim_commit *c, qim__commit_entry *e) {
     submit_advance(c, e, QIM_COMMIT_STATE_RECORDED);
     break;
   case QIM_COMMIT_STATE_RECORDED:
-    if (may_outbox(e->conv, e)) submit_advance(c, e, QIM_COMMIT_STATE_OUTBOXED);
+    if (may_outbox(c, e->conv, e)) submit_advance(c, e, QIM_COMMIT_STATE_OUTBOXED);
     break;
   case QIM_COMMIT_STATE_OUTBOXED:
     if (!e->has_position) /* adopted at Outboxed: repeating the step returns the position */
@@ -223,16 +262,23 @@ void qim__entry_drive(qim_commit *c, qim__commit_entry *e) {
   }
 }
 
-/* The head of the conversation may be able to move; a finished drain hands over. */
+/* The head of the conversation may be able to move (with pipelining, the entries after
+ * it too); a finished drain hands over to normal order. */
 void qim__conv_kick(qim_commit *c, qim__commit_conv *cv) {
   qim__conv_drain_step(c, cv);
   qim__commit_entry *h = NULL;
   if (cv->draining) {
     if (!cv->listing && cv->drain_pos < cv->drain_n) h = qim__entry_find(c, &cv->drain_keys[cv->drain_pos]);
+    if (h && h->state == QIM_COMMIT_STATE_RECORDED) qim__entry_drive(c, h);
   } else {
     h = cv->ready_head;
+    qim__commit_entry *n;
+    while ((n = next_to_outbox(c, cv)) && n->state == QIM_COMMIT_STATE_RECORDED && !n->busy && !n->failed) {
+      qim__entry_drive(c, n);
+      if (!n->outboxing) break; /* not taken (closing, or refused and failed) */
+    }
   }
-  if (h && h->state == QIM_COMMIT_STATE_RECORDED) qim__entry_drive(c, h);
+  if (h && h->failed && h->reserved) settle_behind_failed_head(c, cv, h);
 }
 
 /* ---- completions ------------------------------------------------------------------------------ */
@@ -264,7 +310,7 @@ static void advance_failed(qim_commit *c, qim__commit_entry *e, qim_commit_state
     /* A lower intent this process does not drive is ahead: drain the conversation. */
     e->conflicts++;
     QIM__COUNT(c, order_conflicts);
-    qim__entry_log(e, "commit.order_conflict", NULL);
+    qim__entry_logl(QIM_LOG_WARN, e, "commit.order_conflict", NULL);
     qim__conv_request_drain(c, e->conv);
     return;
   }
@@ -287,7 +333,7 @@ static void advance_done(qim_store_req *r) {
   qim__inflight_done(c);
   if (e->outboxing) {
     e->outboxing = false;
-    cv->outboxing = false;
+    cv->outboxing--;
   }
   if (r->status == 0)
     advance_ok(c, e, q);
@@ -326,7 +372,7 @@ static void verify(qim_commit *c, qim__commit_entry *e, qim_store_log_read_req *
     return;
   }
   QIM__COUNT(c, invariant_violations);
-  qim__entry_log(e, "commit.invariant_violation", "what=outbox_envelope_differs_from_intent");
+  qim__entry_logl(QIM_LOG_ERROR, e, "commit.invariant_violation", "what=outbox_envelope_differs_from_intent");
   qim__entry_fail(c, e, QIM_E_COMMIT_INVARIANT_VIOLATION, "verify",
                   e->waiters ? qim_err_raise(QIM_E_COMMIT_INVARIANT_VIOLATION) : 0);
 }
@@ -336,21 +382,22 @@ static void read_done(qim_store_req *r) {
   qim_commit *c = e->worker->c;
   pthread_mutex_lock(&c->mu);
   qim__commit_conv *cv = e->conv;
-  qim_store_log_read_req *q = &e->rq.read;
+  /* The next step reuses the request: take the records out first. */
+  qim_store_log_read_req q = e->rq.read;
   e->busy = false;
   qim__inflight_done(c);
   if (r->status == 0) {
-    verify(c, e, q);
+    verify(c, e, &q);
   } else if (r->status == QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE) {
     /* Trimmed already: consumers read it; nothing is left to compare. */
     e->verified = true;
-    qim__entry_log(e, "commit.verify_skipped", "why=trimmed");
+    qim__entry_logl(QIM_LOG_WARN, e, "commit.verify_skipped", "why=trimmed");
     qim__entry_drive(c, e);
   } else {
     qim__entry_fail(c, e, r->status, "verify", 0);
   }
-  for (size_t i = 0; i < q->out_count; i++) qim_store_log_record_free(&q->out_records[i]);
-  qim_free(q->out_records);
+  for (size_t i = 0; i < q.out_count; i++) qim_store_log_record_free(&q.out_records[i]);
+  qim_free(q.out_records);
   qim__conv_kick(c, cv);
   qim__conv_maybe_free(c, cv);
   pthread_mutex_unlock(&c->mu);
@@ -390,12 +437,13 @@ static void reload_done(qim_store_req *r) {
   e->busy = false;
   qim__inflight_done(c);
   if (r->status == 0) {
-    reloaded(c, e, &e->rq.load.out);
+    qim_loaded_commit out = e->rq.load.out; /* the next step reuses the request */
+    reloaded(c, e, &out);
   } else if (r->status == QIM_E_MESSAGE_STORE_COMMIT_NOT_FOUND) {
     /* The store no longer knows the key: nothing is left to drive. */
-    qim__entry_log(e, "commit.lost", "err=CommitNotFound");
+    qim__entry_logl(QIM_LOG_ERROR, e, "commit.lost", "err=CommitNotFound");
     if (e->waiters) qim__entry_complete_waiters(c, e, qim_err_raise(QIM_E_COMMIT_UNAVAILABLE));
-    if (e->pass) qim__pass_release(c, e->pass, false);
+    if (e->pass) qim__pass_release(c, e->pass, QIM__PASS_FAILED);
     qim__entry_free(c, e);
   } else {
     qim__entry_fail(c, e, r->status, "reload", 0);

@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 
 #include "commit/commit.h"
+#include "qim/log.h"
 
 typedef struct qim__commit_conv qim__commit_conv;
 typedef struct qim__commit_entry qim__commit_entry;
@@ -97,7 +98,7 @@ struct qim__commit_conv {
   qim__commit_entry *ready_head, *ready_tail;
   size_t entries;
   uint64_t next_ticket;
-  bool outboxing;                           /* one OUTBOXED step in flight at a time */
+  unsigned outboxing;                       /* OUTBOXED steps in flight (cfg.outbox_pipeline at most) */
   bool draining, listing, drain_again;
   qim_commit_key *drain_keys;               /* the listed order a drain follows */
   size_t drain_n, drain_pos;
@@ -229,14 +230,17 @@ void qim__entry_fail(qim_commit *c, qim__commit_entry *e, int cause, const char 
 void qim__entry_complete_waiters(qim_commit *c, qim__commit_entry *e, int status);
 void qim__entry_resume(qim_commit *c, qim__commit_entry *e);
 void qim__entry_reload(qim_commit *c, qim__commit_entry *e);
-void qim__entry_log(const qim__commit_entry *e, const char *event, const char *extra);
+/* One line for a step of the entry, with its TraceId, conversation, cmid, seq, state. */
+void qim__entry_logl(qim_log_level level, const qim__commit_entry *e, const char *event, const char *extra);
+#define qim__entry_log(e, event, extra) qim__entry_logl(QIM_LOG_INFO, e, event, extra)
 
 /* ---- commit_recover.c (c->mu held) ------------------------------------------------- */
 void qim__conv_request_drain(qim_commit *c, qim__commit_conv *cv);
 void qim__conv_drain_step(qim_commit *c, qim__commit_conv *cv);
 qim__commit_entry *qim__entry_adopt(qim_commit *c, qim__commit_conv *cv, qim_commit_intent *in,
                                     qim__commit_pass *pass);
-void qim__pass_release(qim_commit *c, qim__commit_pass *p, bool committed);
+enum { QIM__PASS_COMMITTED, QIM__PASS_FAILED, QIM__PASS_BLOCKED };
+void qim__pass_release(qim_commit *c, qim__commit_pass *p, int how);
 void qim__pass_abandon(qim__commit_pass *p);
 void qim__maintenance_tick(qim_commit *c); /* worker 0, c->mu NOT held */
 

@@ -199,47 +199,64 @@ static void pass_finish(qim_commit *c, qim__commit_pass *p) {
     if (rc == 0) return;
     t->status = rc;
   }
-  QIM_LOGI(NULL, "commit.recovered", "listed=%llu adopted=%llu committed=%llu failed=%llu retried=%llu",
+  QIM_LOGI(NULL, "commit.recovered",
+           "listed=%llu adopted=%llu committed=%llu failed=%llu blocked=%llu retried=%llu",
            (unsigned long long)t->listed, (unsigned long long)t->adopted, (unsigned long long)t->committed,
-           (unsigned long long)t->failed, (unsigned long long)t->retried);
+           (unsigned long long)t->failed, (unsigned long long)t->blocked, (unsigned long long)t->retried);
   t->pass_ = NULL;
   qim_free(p);
   t->item_.run = task_item_run;
   qim_cq_post(t->cq, &t->item_);
 }
 
-void qim__pass_release(qim_commit *c, qim__commit_pass *p, bool committed) {
-  if (committed) {
+void qim__pass_release(qim_commit *c, qim__commit_pass *p, int how) {
+  if (how == QIM__PASS_COMMITTED) {
     p->task->committed++;
     QIM__COUNT(c, recovered);
-  } else {
+  } else if (how == QIM__PASS_FAILED) {
     p->task->failed++;
+  } else {
+    p->task->blocked++;
   }
   if (--p->outstanding == 0 && p->listed) pass_finish(c, p);
 }
 
-/* One conversation's slice of the global listing: adopt and follow it as a drain. */
-static void recover_slice(qim_commit *c, qim__commit_pass *p, qim_commit_intent *in, size_t n) {
-  qim__commit_conv *cv = qim__conv_get(c, in[0].key.tenant_id, in[0].coordinates.conversation_id);
+/* How many of the slice's intents, from its start, recovery may take in order: up to
+ * the first orphan too young to be one (what follows it waits behind it anyway).
+ * *orphans counts those nobody here drives. */
+static size_t slice_prefix(qim_commit *c, const qim_commit_intent *in, size_t n, size_t *orphans) {
   uint64_t wall = qim__wall_ms(c), grace = c->cfg.recovery_grace_ms;
-  qim_commit_key *keys = qim_calloc(n, sizeof *keys);
-  size_t m = 0;
+  *orphans = 0;
   for (size_t i = 0; i < n; i++) {
+    if (qim__entry_find(c, &in[i].key)) continue;
+    if (grace > 0 && in[i].delivery.created_at + grace > wall) return i;
+    (*orphans)++;
+  }
+  return n;
+}
+
+/* One conversation's slice of the global listing: adopt its orphans and follow the
+ * listing as a drain. A slice of live intents only is left to their sends. */
+static void recover_slice(qim_commit *c, qim__commit_pass *p, qim_commit_intent *in, size_t n) {
+  size_t orphans, m = slice_prefix(c, in, n, &orphans);
+  if (orphans == 0) {
+    for (size_t i = 0; i < n; i++) qim_commit_intent_free(&in[i]);
+    return;
+  }
+  qim__commit_conv *cv = qim__conv_get(c, in[0].key.tenant_id, in[0].coordinates.conversation_id);
+  qim_commit_key *keys = qim_calloc(m, sizeof *keys);
+  for (size_t i = 0; i < m; i++) {
+    keys[i] = in[i].key;
     bool live = qim__entry_find(c, &in[i].key) != NULL;
-    if (!live && grace > 0 && in[i].delivery.created_at + grace > wall) {
-      /* Too young to be an orphan; what follows it waits behind it anyway. */
-      for (size_t j = i; j < n; j++) qim_commit_intent_free(&in[j]);
-      break;
-    }
-    keys[m++] = in[i].key;
     qim__entry_adopt(c, cv, &in[i], live ? NULL : p);
   }
-  if (m > 0 && !cv->draining) {
+  for (size_t i = m; i < n; i++) qim_commit_intent_free(&in[i]);
+  if (!cv->draining) {
     QIM__COUNT(c, drains);
     cv->draining = true;
     drain_start(c, cv, keys, m);
     keys = NULL;
-  } else if (m > 0) {
+  } else {
     /* A drain is running on an older listing: follow it with a fresh one; recording
      * needs no order and starts now. */
     cv->drain_again = true;
@@ -295,7 +312,7 @@ static uint64_t retry_due(qim_commit *c) {
 
 static int recover_start(qim_commit *c, qim_commit_task *t, bool internal) {
   t->status = 0;
-  t->listed = t->adopted = t->committed = t->failed = t->retried = t->forgotten = 0;
+  t->listed = t->adopted = t->committed = t->failed = t->blocked = t->retried = t->forgotten = 0;
   qim__commit_pass *p = qim_calloc(1, sizeof *p);
   p->c = c;
   p->task = t;

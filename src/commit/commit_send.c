@@ -435,6 +435,10 @@ static int take_ids(qim__commit_send *x) {
 static int send_begin(qim__commit_send *x) {
   qim_commit *c = x->c;
   qim_commit_op *op = x->op;
+  char conv[33], cmid[33];
+  qim__u128_hex(x->conv_id.v, conv);
+  qim__hex16(x->cmid.b, cmid);
+  QIM_LOGI(&x->trace, "commit.send", "conv=%s cmid=%s control=%d", conv, cmid, x->kind == QIM__SEND_CONTROL);
   pthread_mutex_lock(&c->mu);
   int rc = c->closing ? -ESHUTDOWN : 0;
   qim__commit_entry *e = rc == 0 ? qim__entry_find(c, &(qim_commit_key){x->actor.tenant_id, x->actor.user_id, x->cmid}) : NULL;
@@ -448,9 +452,6 @@ static int send_begin(qim__commit_send *x) {
     }
     return 0;
   }
-  char conv[33];
-  qim__u128_hex(x->conv_id.v, conv);
-  QIM_LOGI(&x->trace, "commit.send", "conv=%s control=%d", conv, x->kind == QIM__SEND_CONTROL);
   qim_store_conv_get_req *g = &x->rq.conv_get;
   memset(g, 0, sizeof *g);
   prep(x, conv_checked);
@@ -486,6 +487,7 @@ static int check_client(qim_commit *c, const qim_authenticated_send *s, qim_erro
 int qim_commit_send(qim_commit *c, const qim_authenticated_send *s, qim_commit_op *op) {
   memset(&op->result, 0, sizeof op->result);
   op->priv_ = NULL;
+  if (!op->cq || !op->done || !s) return op->result.status = op->result.error.code = -EINVAL;
   QIM__COUNT(c, sends);
   qim_error err = {0};
   int rc = check_client(c, s, &err);
@@ -513,6 +515,7 @@ int qim_commit_send(qim_commit *c, const qim_authenticated_send *s, qim_commit_o
 int qim_commit_send_control(qim_commit *c, const qim_commit_control *ctl, qim_commit_op *op) {
   memset(&op->result, 0, sizeof op->result);
   op->priv_ = NULL;
+  if (!op->cq || !op->done || !ctl) return op->result.status = op->result.error.code = -EINVAL;
   QIM__COUNT(c, sends);
   int rc = 0;
   if (!qim_client_message_id_is_valid(&ctl->client_message_id))

@@ -71,6 +71,7 @@ int qim_fanout_plan_envelope(qim_fanout *f, const qim_committed_envelope *env, q
 typedef struct batch {
   qim_store_log_append *appends;
   uint64_t *source;        /* outbox offset of each append's record */
+  qim_trace_id *trace;     /* and its message's TraceId (for the log lines) */
   size_t count, cap;
   uint64_t first, next;    /* outbox offsets: first record, one past the last */
   uint32_t records;
@@ -81,7 +82,9 @@ static void batch_add(batch *b, const qim_group_dispatch *d, qim_bytes payload, 
     b->cap = b->cap ? 2 * b->cap : 16;
     b->appends = qim_realloc(b->appends, b->cap * sizeof *b->appends);
     b->source = qim_realloc(b->source, b->cap * sizeof *b->source);
+    b->trace = qim_realloc(b->trace, b->cap * sizeof *b->trace);
   }
+  b->trace[b->count] = d->trace_id;
   qim_store_log_append *a = &b->appends[b->count];
   *a = (qim_store_log_append){.stream = {QIM_LOG_STREAM_MAILBOX_DISPATCH, d->target_shard}, .payload = payload};
   memcpy(a->key, d->dispatch_id.b, sizeof a->key);
@@ -98,6 +101,7 @@ static void batch_free(batch *b) {
   batch_reset(b);
   qim_free(b->appends);
   qim_free(b->source);
+  qim_free(b->trace);
 }
 
 /* Encodes a plan's dispatches into the batch. */
@@ -133,13 +137,13 @@ static int verify_append(qim__fanout *f, const qim_store_log_append *a) {
 }
 
 /* A violation at outbox offset `at`: logged, and the consumer set back onto it. */
-static int violation(qim__fanout *f, const qim_store_log_append *a, uint64_t at) {
+static int violation(qim__fanout *f, const qim_store_log_append *a, uint64_t at, const qim_trace_id *trace) {
   char id[33];
   qim_hex_encode(a->key, sizeof a->key, id, sizeof id);
-  QIM_LOGE(NULL, "fanout.determinism_violation", "outbox_offset=%llu dispatch=%s shard=%u dispatch_offset=%llu",
+  QIM_LOGE(trace, "fanout.determinism_violation", "outbox_offset=%llu dispatch=%s shard=%u dispatch_offset=%llu",
            (unsigned long long)at, id, a->stream.shard, (unsigned long long)a->out_position.offset);
   int rc = offset_set(f, at);
-  if (rc) QIM_LOGE(NULL, "fanout.rewind_failed", "outbox_offset=%llu rc=%s", (unsigned long long)at, qim_err_name(rc));
+  if (rc) QIM_LOGE(trace, "fanout.rewind_failed", "outbox_offset=%llu rc=%s", (unsigned long long)at, qim_err_name(rc));
   return QIM_E_FANOUT_DETERMINISM_VIOLATION;
 }
 
@@ -168,7 +172,7 @@ static int batch_flush(qim__fanout *f, batch *b, uint32_t *done) {
       continue;
     }
     rc = verify_append(f, &b->appends[i]);
-    if (rc == QIM_E_FANOUT_DETERMINISM_VIOLATION) rc = violation(f, &b->appends[i], b->source[i]);
+    if (rc == QIM_E_FANOUT_DETERMINISM_VIOLATION) rc = violation(f, &b->appends[i], b->source[i], &b->trace[i]);
     if (rc) {
       *done += (uint32_t)(b->source[i] - b->first);
       return rc;

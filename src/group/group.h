@@ -121,9 +121,9 @@ int qim_group_admin_change(qim_groups *g, const qim_internal_principal *principa
  * (present when has_more) freezes that version and the last user returned, so the
  * pages of one listing are consistent under concurrent changes: no member twice, none
  * skipped. The actor must be a current member holding R (PermissionDenied). A cursor
- * of another group, malformed, or naming a version above the current one: -EINVAL.
- * A cursor whose version was pruned by retention: FANOUT_MEMBERSHIP_SNAPSHOT_UNAVAILABLE
- * from the store (no retention prunes today: docs/groups.md). limit 0 = page_default,
+ * of another group or malformed: -EINVAL. A cursor naming a version above the current
+ * one or pruned by retention: FANOUT_MEMBERSHIP_SNAPSHOT_UNAVAILABLE from the store (no
+ * retention prunes today, docs/groups.md). limit 0 = page_default,
  * above page_max = page_max. out owns its arrays (qim_member_page_free).
  */
 int qim_group_member_page(qim_groups *g, const qim_member_page_request *req, qim_member_page *out);

@@ -101,7 +101,7 @@ static int cmp_range(const void *a, const void *b) {
 /* The query's seq intervals [low, hi): the ranges (or everything) clipped to the window
  * (window_low, window_high], sorted and merged. Returns the count. */
 static size_t query_intervals(const qim_store_record_query_req *r, qim_store_seq_range **out) {
-  uint64_t lo = r->window_low + 1;
+  uint64_t lo = r->window_low >= (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : r->window_low + 1;
   uint64_t hi = r->window_high >= (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : r->window_high + 1;
   size_t n = r->range_count ? r->range_count : 1;
   qim_store_seq_range *v = qim_malloc(n * sizeof *v);

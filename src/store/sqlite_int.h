@@ -83,6 +83,7 @@ typedef struct sq_conn {
   size_t slot_cap, slot_n;
   sqlite3_stmt *used[32]; /* statements handed out during the current operation */
   size_t used_n;
+  bool used_overflow;     /* more than fit in used[]: reset the whole cache */
 } sq_conn;
 
 /*
@@ -152,8 +153,11 @@ static inline int sq_changes(sq_conn *c) { return sqlite3_changes(c->db); }
 /* Binding and reading ids: 16-byte big-endian blobs, so they sort like the numbers. */
 void sq_bind_u128(sqlite3_stmt *st, int i, qim_u128 v);
 void sq_bind_id16(sqlite3_stmt *st, int i, const uint8_t b[16]);
+/* SQLite integers are signed: a u64 above 2^63-1 is bound as 2^63-1. No quantity the
+ * store keeps gets there (seqs, offsets, mailbox seqs, millis), and for a bound in a query
+ * (up_to_seq = UINT64_MAX, "everything") the clamped value means the same. */
 static inline void sq_bind_u64(sqlite3_stmt *st, int i, uint64_t v) {
-  sqlite3_bind_int64(st, i, (sqlite3_int64)v);
+  sqlite3_bind_int64(st, i, v > (uint64_t)INT64_MAX ? INT64_MAX : (sqlite3_int64)v);
 }
 /* NULL binds SQL NULL. */
 void sq_bind_text(sqlite3_stmt *st, int i, const char *s);

@@ -6,6 +6,7 @@
  */
 #include "testsupport.h"
 
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -199,6 +200,55 @@ static void test_replay_after_the_stored_snapshot_was_tampered_with_is_a_violati
   qim_test_rmtree(dir);
 }
 
+/* The same tampering, done to the SQLite file itself while the store is closed: the
+ * versioned member rows of user 101 now name another user of the same shard. */
+static void tamper_file(const char *dir) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/a.db", dir);
+  sqlite3 *db;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  qim_store_members_at_req probe = {.out_count = 1};
+  qim_group_member m = {.user_id = fx_user(101)};
+  probe.out_members = &m;
+  swap_one(&probe, NULL);
+  uint8_t from[16], to[16];
+  qim_u128_to_be(fx_user(101).v, from);
+  qim_u128_to_be(m.user_id.v, to);
+  sqlite3_stmt *st;
+  assert_int_equal(sqlite3_prepare_v2(db, "UPDATE member_versions SET user = ?1 WHERE user = ?2", -1, &st, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_blob(st, 1, to, 16, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 2, from, 16, SQLITE_STATIC);
+  assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+  assert_true(sqlite3_changes(db) >= 1);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+static void test_replay_after_the_snapshot_rows_were_tampered_with_on_disk_is_a_violation(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("fanout-tamper3");
+  qim_store *s = fx_open(dir, "a");
+  build(s);
+  qim_fanout *f = fanout_over(s);
+  uint32_t n;
+  assert_int_equal(qim_fanout_run_once(f, 100, &n), 0);
+  qim_fanout_free(f);
+  fx_consumer_set(s, 0);
+  qim_store_close(s);
+  tamper_file(dir);
+  s = fx_open(dir, "a");
+  size_t written = dispatch_records(s);
+  f = fanout_over(s);
+  assert_int_equal(qim_fanout_run_once(f, 100, &n), QIM_E_FANOUT_DETERMINISM_VIOLATION);
+  assert_int_equal(n, 1);
+  assert_int_equal(fx_consumer(s), fx_outbox_first(s) + 1);
+  assert_int_equal(dispatch_records(s), written);
+  qim_fanout_free(f);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
 /* ---- the store cannot be read --------------------------------------------------------------- */
 
 static void test_unreadable_outbox_is_unavailable(void **state) {
@@ -226,6 +276,7 @@ int main(void) {
       cmocka_unit_test(test_sigkill_between_dispatch_appends_and_offset_commit_duplicates_nothing),
       cmocka_unit_test(test_tampered_snapshot_is_a_violation_on_first_play),
       cmocka_unit_test(test_replay_after_the_stored_snapshot_was_tampered_with_is_a_violation),
+      cmocka_unit_test(test_replay_after_the_snapshot_rows_were_tampered_with_on_disk_is_a_violation),
       cmocka_unit_test(test_unreadable_outbox_is_unavailable),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -170,6 +170,37 @@ static void test_membership_control_also_reaches_the_users_it_names(void **state
   qim_committed_envelope_free(&m);
 }
 
+static void test_dispatches_carry_the_epoch_of_their_shard_at_append(void **state) {
+  env *e = *state;
+  qim_conversation_id c = conv_n(65);
+  fx_make_group(e->s, c, 1, 300); /* every shard */
+  fx_send(e->s, c, 1);
+  drain(e->f);
+  qim_store_shard_takeover_req t = {.shard = 2, .owner = 77};
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.shard_takeover, &t), 0);
+  assert_true(t.out_epoch >= 1);
+  fx_send(e->s, c, 2);
+  drain(e->f);
+  for (uint32_t sh = 0; sh < FX_SHARDS.shard_count; sh++) {
+    fx_log l;
+    fx_read(e->s, fx_dispatch_stream(sh), &l);
+    size_t fences = 0, dispatches = 0;
+    for (size_t i = 0; i < l.n; i++) {
+      if (l.r[i].fence) {
+        fences++;
+        continue;
+      }
+      /* the first message went out before the takeover, the second after it */
+      qim_shard_epoch want = sh == 2 && dispatches == 1 ? t.out_epoch : (sh == 2 ? t.out_epoch - 1 : 0);
+      assert_int_equal(l.r[i].epoch, want);
+      dispatches++;
+    }
+    assert_int_equal(dispatches, 2);
+    assert_int_equal(fences, sh == 2 ? 1 : 0);
+    fx_log_free(&l);
+  }
+}
+
 /* ---- replays ------------------------------------------------------------------------------- */
 
 /* The same membership history and outbox in any store. */
@@ -426,6 +457,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_member_removed_after_reserve_still_receives_added_after_does_not, setup, teardown),
       cmocka_unit_test_setup_teardown(test_direct_audience_is_delivered_exactly_as_frozen, setup, teardown),
       cmocka_unit_test_setup_teardown(test_membership_control_also_reaches_the_users_it_names, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dispatches_carry_the_epoch_of_their_shard_at_append, setup, teardown),
       cmocka_unit_test_setup_teardown(test_two_replays_into_fresh_stores_produce_byte_identical_dispatch_logs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replay_from_the_start_verifies_every_dispatch_and_appends_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redacted_dispatch_body_is_not_a_violation_on_replay, setup, teardown),

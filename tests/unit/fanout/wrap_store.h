@@ -9,6 +9,7 @@
  *                  kill_after_split, SIGKILLs the process right there;
  *   fail_read      logs.read completes with -EIO;
  *   fail_conv_get  conversations.get completes with -EIO;
+ *   fail_reserve   intents.reserve completes with -EIO;
  *   tamper         members_at results pass through tamper(req, ctx) first (a changed
  *                  stored snapshot).
  * Overridden calls run the inner call synchronously on the calling thread, so use the
@@ -30,7 +31,7 @@ typedef struct wrap_store {
   qim_store base;
   qim_store_vtable vt;
   qim_store *inner;
-  atomic_int split_append, kill_after_split, fail_read, fail_conv_get;
+  atomic_int split_append, kill_after_split, fail_read, fail_conv_get, fail_reserve;
   atomic_int splits;  /* combined appends split so far */
   void (*tamper)(qim_store_members_at_req *r, void *ctx);
   void *tamper_ctx;
@@ -57,7 +58,6 @@ WRAP_FWD(conversations, members_change, qim_store_members_change_req)
 WRAP_FWD(conversations, member_get, qim_store_member_get_req)
 WRAP_FWD(conversations, member_receipt, qim_store_member_receipt_req)
 WRAP_FWD(conversations, subscriptions, qim_store_subscriptions_req)
-WRAP_FWD(intents, reserve, qim_store_intent_reserve_req)
 WRAP_FWD(intents, advance, qim_store_intent_advance_req)
 WRAP_FWD(intents, load, qim_store_intent_load_req)
 WRAP_FWD(intents, list_in_flight, qim_store_intent_list_req)
@@ -115,6 +115,12 @@ WRAP_FN int wrap_conversations_get(qim_store *s, qim_store_conv_get_req *r) {
   wrap_store *w = wrap_of(s);
   if (atomic_load(&w->fail_conv_get)) return wrap_complete(&r->req, -EIO);
   return w->inner->vt->conversations.get(w->inner, r);
+}
+
+WRAP_FN int wrap_intents_reserve(qim_store *s, qim_store_intent_reserve_req *r) {
+  wrap_store *w = wrap_of(s);
+  if (atomic_load(&w->fail_reserve)) return wrap_complete(&r->req, -EIO);
+  return w->inner->vt->intents.reserve(w->inner, r);
 }
 
 WRAP_FN int wrap_conversations_members_at(qim_store *s, qim_store_members_at_req *r) {

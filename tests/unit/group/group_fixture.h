@@ -49,7 +49,6 @@ GX_FN void gx_open_over(gx *x, const char *tag, const qim_group_config *cfg, qim
   qim_commit_config cc;
   qim_commit_config_default(&cc);
   cc.rate_per_sec = 0;
-  cc.verify_outbox = false; /* commit c2bd0da: read_done frees its read after verify() reused the request union */
   qim_store *s = over ? over : x->store;
   assert_int_equal(qim_commit_create(s, &x->clock.clock, NULL, &cc, &x->commit), 0);
   assert_int_equal(qim_group_open(s, x->commit, &x->clock.clock, cfg, &x->groups), 0);

@@ -332,7 +332,7 @@ static void test_admin_change_from_a_service_not_on_the_list_is_refused(void **s
 
 /* ---- the store fails ------------------------------------------------------------------------------- */
 
-static void test_a_failing_store_is_unavailable(void **state) {
+static void test_a_failing_store_is_unavailable_and_a_failed_control_leaves_the_change(void **state) {
   (void)state;
   /* the real store first; then groups and commit over a wrapper of it */
   gx x;
@@ -343,7 +343,6 @@ static void test_a_failing_store_is_unavailable(void **state) {
   wrap_store *w = wrap_store_new(inner);
   qim_commit_config cc;
   qim_commit_config_default(&cc);
-  cc.verify_outbox = false; /* see group_fixture.h */
   assert_int_equal(qim_commit_create(&w->base, &x.clock.clock, NULL, &cc, &x.commit), 0);
   assert_int_equal(qim_group_open(&w->base, x.commit, &x.clock.clock, NULL, &x.groups), 0);
   gx_create(&x, 1, 1, 2, 1);
@@ -355,6 +354,14 @@ static void test_a_failing_store_is_unavailable(void **state) {
                    QIM_E_GROUP_UNAVAILABLE);
   atomic_store(&w->fail_conv_get, 0);
   assert_int_equal(qim_group_add(x.groups, &owner, gx_group(1), &u, 1, QIM_GROUP_ROLE_MEMBER, NULL, &r), 0);
+  assert_int_equal(r.control_status, 0);
+  /* a change whose Control cannot be committed still stands, and says so */
+  atomic_store(&w->fail_reserve, 1);
+  qim_user_id v = gx_user(6);
+  assert_int_equal(qim_group_add(x.groups, &owner, gx_group(1), &v, 1, QIM_GROUP_ROLE_MEMBER, NULL, &r), 0);
+  assert_int_not_equal(r.control_status, 0);
+  assert_int_equal(r.control_count, 0);
+  assert_true(gx_is_member(&x, 1, 6));
   gx_close(&x);
   wrap_close(&w->base);
 }
@@ -376,7 +383,7 @@ int main(void) {
       T(test_big_changes_are_described_in_numbered_parts),
       T(test_admin_change_needs_an_internal_principal),
       T(test_admin_change_from_a_service_not_on_the_list_is_refused),
-      cmocka_unit_test(test_a_failing_store_is_unavailable),
+      cmocka_unit_test(test_a_failing_store_is_unavailable_and_a_failed_control_leaves_the_change),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

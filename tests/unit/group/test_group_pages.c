@@ -103,7 +103,7 @@ static void test_member_pages_stay_consistent_while_members_join_and_leave(void 
   free(all);
 }
 
-static void test_cursors_are_bound_to_their_group_and_to_versions_that_exist(void **state) {
+static void test_cursors_are_bound_to_their_group_and_a_missing_version_is_snapshot_unavailable(void **state) {
   gx *x = *state;
   gx_create(x, 1, 1, 2, 9);
   gx_create(x, 2, 1, 2, 9);
@@ -119,7 +119,10 @@ static void test_cursors_are_bound_to_their_group_and_to_versions_that_exist(voi
   assert_int_equal(qim_group_member_page(x->groups, &req, &q), -EINVAL);
   req.group_id = gx_group(1);
   req.cursor.bytes.p[24] += 9; /* a version above the current one */
+  assert_int_equal(qim_group_member_page(x->groups, &req, &q), QIM_E_FANOUT_MEMBERSHIP_SNAPSHOT_UNAVAILABLE);
+  req.cursor.bytes.n--;
   assert_int_equal(qim_group_member_page(x->groups, &req, &q), -EINVAL);
+  req.cursor.bytes.n++;
   qim_member_page_free(&p);
 }
 
@@ -145,7 +148,7 @@ static void test_listing_needs_a_current_member_with_r(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_member_pages_stay_consistent_while_members_join_and_leave, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_cursors_are_bound_to_their_group_and_to_versions_that_exist, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cursors_are_bound_to_their_group_and_a_missing_version_is_snapshot_unavailable, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listing_needs_a_current_member_with_r, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

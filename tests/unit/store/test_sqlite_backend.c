@@ -1,0 +1,389 @@
+/*
+ * test_sqlite_backend.c — the SQLite backend's machinery, which the conformance vectors
+ * cannot see: group commit really batches, a failing operation fails alone inside a
+ * batch, a transaction SQLite rolls back whole fails every operation in it, a full queue
+ * is backpressure, completions arrive on the caller's event loop, data survives a
+ * reopen, and the shard configuration is fixed at creation.
+ */
+#include <uv.h>
+
+#include "store_fixture.h"
+
+static qim_log_stream outbox(void) { return (qim_log_stream){QIM_LOG_STREAM_OUTBOX, 0}; }
+
+/* A single-entry outbox append request; `n` makes the key unique. */
+typedef struct append_op {
+  qim_store_log_append_req req;
+  qim_store_log_append a;
+} append_op;
+
+static void append_init(append_op *op, uint64_t n, const void *payload, size_t len) {
+  memset(op, 0, sizeof *op);
+  op->a.stream = outbox();
+  memcpy(op->a.key, &n, sizeof n);
+  op->a.key[15] = 0xAB;
+  op->a.payload = (qim_bytes){(uint8_t *)payload, len};
+  op->req.appends = &op->a;
+  op->req.append_count = 1;
+}
+
+static size_t outbox_count(qim_store *s) {
+  qim_store_log_read_req rd = {0};
+  rd.stream = outbox();
+  rd.max = 100000;
+  assert_int_equal(QIM_STORE_SYNC(s, logs.read, &rd), 0);
+  for (size_t i = 0; i < rd.out_count; i++) qim_store_log_record_free(&rd.out_records[i]);
+  qim_free(rd.out_records);
+  return rd.out_count;
+}
+
+/* ---- group commit ------------------------------------------------------------------------- */
+
+#define SUBMITTERS 64
+#define PER_SUBMITTER 40
+
+typedef struct submitter {
+  qim_store *s;
+  int index;
+  int failures;
+} submitter;
+
+static void *submit_loop(void *arg) {
+  submitter *sub = arg;
+  for (int i = 0; i < PER_SUBMITTER; i++) {
+    append_op op;
+    append_init(&op, (uint64_t)sub->index * 1000 + (uint64_t)i, "m", 1);
+    if (QIM_STORE_SYNC(sub->s, logs.append, &op.req) != 0) sub->failures++;
+  }
+  return NULL;
+}
+
+static void test_group_commit_batches_concurrent_submitters(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-batch");
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  pthread_t th[SUBMITTERS];
+  submitter subs[SUBMITTERS];
+  for (int i = 0; i < SUBMITTERS; i++) {
+    subs[i] = (submitter){s, i, 0};
+    assert_int_equal(pthread_create(&th[i], NULL, submit_loop, &subs[i]), 0);
+  }
+  for (int i = 0; i < SUBMITTERS; i++) {
+    pthread_join(th[i], NULL);
+    assert_int_equal(subs[i].failures, 0);
+  }
+  qim_store_stats st;
+  qim_store_get_stats(s, &st);
+  assert_int_equal(st.operations, SUBMITTERS * PER_SUBMITTER);
+  assert_int_equal(st.fsyncs, st.transactions);
+  /* At most one transaction per 8 operations. */
+  assert_true(st.transactions * 8 <= st.operations);
+  assert_int_equal(outbox_count(s), SUBMITTERS * PER_SUBMITTER);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
+/* ---- failures inside a batch -------------------------------------------------------------- */
+
+typedef struct gated {
+  char *dir;
+  fx_gate gate;
+  qim_store *s;
+  qim_cq *cq;
+  int done;
+} gated;
+
+/* Opens a store whose writer can be held, and holds it inside a first batch. */
+static void gated_open(gated *g, const char *suffix, uint32_t queue_capacity) {
+  memset(g, 0, sizeof *g);
+  g->dir = qim_test_tmpdir("store-gate");
+  fx_gate_init(&g->gate);
+  qim_store_options o = fx_options();
+  o.before_commit = fx_gate_hook;
+  o.hook_ctx = &g->gate;
+  o.queue_capacity = queue_capacity;
+  g->s = fx_open(g->dir, suffix, &o);
+  assert_int_equal(qim_cq_new_blocking(&g->cq), 0);
+}
+
+static void gated_hold(gated *g, append_op *first) {
+  fx_gate_arm(&g->gate);
+  append_init(first, 999999, "first", 5);
+  fx_async(&first->req.req, g->cq, &g->done);
+  assert_int_equal(g->s->vt->logs.append(g->s, &first->req), 0);
+  fx_gate_wait_entered(&g->gate);
+}
+
+static void gated_close(gated *g) {
+  qim_store_close(g->s);
+  qim_cq_free(g->cq);
+  fx_gate_destroy(&g->gate);
+  qim_test_rmtree(g->dir);
+}
+
+static void test_failing_operation_fails_alone_in_its_batch(void **state) {
+  (void)state;
+  gated g;
+  gated_open(&g, NULL, 0);
+  fx_create_group(g.s, 1, 1);
+  append_op first, a, c;
+  gated_hold(&g, &first);
+
+  append_init(&a, 1, "a", 1);
+  append_init(&c, 2, "c", 1);
+  /* Writes a row (ADD user 2), then fails (ADD user 2 again): all of it must go. */
+  qim_store_member_change ch[2] = {
+      {QIM_STORE_MEMBER_ADD, fx_user(2), QIM_GROUP_ROLE_MEMBER, 0x2F, 0x2F},
+      {QIM_STORE_MEMBER_ADD, fx_user(2), QIM_GROUP_ROLE_MEMBER, 0x2F, 0x2F},
+  };
+  qim_store_members_change_req b = {0};
+  b.tenant_id = fx_tenant();
+  b.conversation_id = fx_conv(1);
+  b.changes = ch;
+  b.change_count = 2;
+  fx_async(&a.req.req, g.cq, &g.done);
+  fx_async(&b.req, g.cq, &g.done);
+  fx_async(&c.req.req, g.cq, &g.done);
+  assert_int_equal(g.s->vt->logs.append(g.s, &a.req), 0);
+  assert_int_equal(g.s->vt->conversations.members_change(g.s, &b), 0);
+  assert_int_equal(g.s->vt->logs.append(g.s, &c.req), 0);
+  qim_store_stats before;
+  qim_store_get_stats(g.s, &before);
+  fx_gate_release(&g.gate);
+  fx_wait_count(g.cq, &g.done, 4);
+
+  assert_int_equal(first.req.req.status, 0);
+  assert_int_equal(a.req.req.status, 0);
+  assert_int_equal(b.req.status, QIM_E_GROUP_ALREADY_EXISTS);
+  assert_int_equal(c.req.req.status, 0);
+  qim_store_stats after;
+  qim_store_get_stats(g.s, &after);
+  /* the held batch and one more: a, b and c shared a transaction */
+  assert_int_equal(after.transactions - before.transactions, 2);
+  assert_int_equal(after.batch_hist[1] - before.batch_hist[1], 1);
+  assert_int_equal(after.failed_operations - before.failed_operations, 1);
+  assert_int_equal(outbox_count(g.s), 3);
+  qim_store_member_get_req mg = {0};
+  mg.tenant_id = fx_tenant();
+  mg.conversation_id = fx_conv(1);
+  mg.user_id = fx_user(2);
+  assert_int_equal(QIM_STORE_SYNC(g.s, conversations.member_get, &mg), -ENOENT);
+  gated_close(&g);
+}
+
+/* One operation of each non-log domain, to see how a lost batch reports in each. */
+typedef struct family_ops {
+  qim_store_member_change change;
+  qim_store_members_change_req members;
+  qim_commit_intent proposal;
+  qim_store_intent_reserve_req reserve;
+  qim_store_shard_takeover_req takeover;
+} family_ops;
+
+static void family_submit(gated *g, family_ops *f) {
+  memset(f, 0, sizeof *f);
+  f->change = (qim_store_member_change){QIM_STORE_MEMBER_ADD, fx_user(5), QIM_GROUP_ROLE_MEMBER, 0x2F, 0x2F};
+  f->members.tenant_id = fx_tenant();
+  f->members.conversation_id = fx_conv(1);
+  f->members.changes = &f->change;
+  f->members.change_count = 1;
+  f->proposal = fx_proposal(1, 1, 1, "lost");
+  f->reserve.proposal = &f->proposal;
+  f->takeover.shard = 1;
+  f->takeover.owner = 9;
+  fx_async(&f->members.req, g->cq, &g->done);
+  fx_async(&f->reserve.req, g->cq, &g->done);
+  fx_async(&f->takeover.req, g->cq, &g->done);
+  assert_int_equal(g->s->vt->conversations.members_change(g->s, &f->members), 0);
+  assert_int_equal(g->s->vt->intents.reserve(g->s, &f->reserve), 0);
+  assert_int_equal(g->s->vt->mailboxes.shard_takeover(g->s, &f->takeover), 0);
+}
+
+/* Each failed in its own domain's words, left no outputs and no trace in the store. */
+static void family_check_lost(gated *g, family_ops *f) {
+  assert_int_equal(f->members.req.status, QIM_E_GROUP_UNAVAILABLE);
+  assert_int_equal(f->reserve.req.status, QIM_E_MESSAGE_STORE_UNAVAILABLE);
+  assert_null(f->reserve.out.intent.record.content.payload_or_ciphertext.p);
+  assert_int_equal(f->takeover.req.status, QIM_E_MATERIALIZE_UNAVAILABLE);
+  qim_store_member_get_req mg = {0};
+  mg.tenant_id = fx_tenant();
+  mg.conversation_id = fx_conv(1);
+  mg.user_id = fx_user(5);
+  assert_int_equal(QIM_STORE_SYNC(g->s, conversations.member_get, &mg), -ENOENT);
+  qim_store_intent_load_req lr = {0};
+  lr.key = f->proposal.key;
+  assert_int_equal(QIM_STORE_SYNC(g->s, intents.load, &lr), QIM_E_MESSAGE_STORE_COMMIT_NOT_FOUND);
+  qim_store_shard_get_req sg = {0};
+  sg.shard = 1;
+  assert_int_equal(QIM_STORE_SYNC(g->s, mailboxes.shard_get, &sg), 0);
+  assert_int_equal(sg.out_epoch, 0);
+  qim_commit_intent_free(&f->proposal);
+}
+
+/* SQLITE_FULL from a size cap makes SQLite roll the whole transaction back: nothing of
+ * the batch may be reported done, and nothing of it may be visible. */
+static void test_whole_transaction_rollback_fails_every_operation(void **state) {
+  (void)state;
+  gated g;
+  gated_open(&g, "?max_page_count=120", 0);
+  fx_create_group(g.s, 1, 1);
+  append_op first, ops[4];
+  family_ops fam;
+  gated_hold(&g, &first);
+  size_t big_len = 2u << 20;
+  uint8_t *big = calloc(1, big_len);
+  for (int i = 0; i < 4; i++) {
+    append_init(&ops[i], (uint64_t)i + 1, i == 2 ? (const void *)big : "small",
+                i == 2 ? big_len : 5);
+    fx_async(&ops[i].req.req, g.cq, &g.done);
+    assert_int_equal(g.s->vt->logs.append(g.s, &ops[i].req), 0);
+  }
+  family_submit(&g, &fam); /* after the op that fills the database: never ran */
+  fx_gate_release(&g.gate);
+  fx_wait_count(g.cq, &g.done, 8);
+  assert_int_equal(first.req.req.status, 0);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(ops[i].req.req.status, QIM_E_COMMIT_LOG_TRANSACTION_ABORTED);
+  qim_store_stats st;
+  qim_store_get_stats(g.s, &st);
+  assert_int_equal(st.failed_operations, 7);
+  assert_int_equal(st.fsyncs, st.transactions - 1);
+  assert_int_equal(outbox_count(g.s), 1);
+  family_check_lost(&g, &fam);
+  /* The store keeps working after the lost batch. */
+  append_op after;
+  append_init(&after, 77, "after", 5);
+  assert_int_equal(QIM_STORE_SYNC(g.s, logs.append, &after.req), 0);
+  assert_int_equal(after.a.out_position.offset, 2);
+  free(big);
+  gated_close(&g);
+}
+
+static void test_full_queue_is_backpressure(void **state) {
+  (void)state;
+  gated g;
+  gated_open(&g, NULL, 4);
+  append_op first, ops[5];
+  gated_hold(&g, &first);
+  for (int i = 0; i < 4; i++) {
+    append_init(&ops[i], (uint64_t)i + 1, "q", 1);
+    fx_async(&ops[i].req.req, g.cq, &g.done);
+    assert_int_equal(g.s->vt->logs.append(g.s, &ops[i].req), 0);
+  }
+  append_init(&ops[4], 5, "q", 1);
+  fx_async(&ops[4].req.req, g.cq, &g.done);
+  assert_int_equal(g.s->vt->logs.append(g.s, &ops[4].req), -EAGAIN);
+  qim_store_stats st;
+  qim_store_get_stats(g.s, &st);
+  assert_int_equal(st.rejected_backpressure, 1);
+  fx_gate_release(&g.gate);
+  fx_wait_count(g.cq, &g.done, 5);
+  for (int i = 0; i < 4; i++) assert_int_equal(ops[i].req.req.status, 0);
+  assert_int_equal(g.done, 5); /* the refused request never completes */
+  gated_close(&g);
+}
+
+/* ---- completions on an event loop -------------------------------------------------------- */
+
+typedef struct loop_ctx {
+  uv_thread_t loop_thread;
+  qim_cq *cq;
+  int done, wrong_thread, failed;
+} loop_ctx;
+
+#define LOOP_OPS 20
+
+static void on_loop_done(qim_store_req *r) {
+  loop_ctx *lc = r->data;
+  uv_thread_t self = uv_thread_self();
+  if (!uv_thread_equal(&self, &lc->loop_thread)) lc->wrong_thread++;
+  if (r->status != 0) lc->failed++;
+  if (++lc->done == LOOP_OPS) qim_cq_free(lc->cq); /* the loop then has nothing left */
+}
+
+static void test_completions_run_on_the_loop_thread(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-loop");
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  loop_ctx lc = {.loop_thread = uv_thread_self()};
+  assert_int_equal(qim_cq_new_loop(&loop, &lc.cq), 0);
+  append_op writes[LOOP_OPS / 2];
+  qim_store_log_consumer_get_req reads[LOOP_OPS / 2];
+  for (int i = 0; i < LOOP_OPS / 2; i++) {
+    append_init(&writes[i], (uint64_t)i + 1, "w", 1);
+    writes[i].req.req = (qim_store_req){.cq = lc.cq, .done = on_loop_done, .data = &lc};
+    assert_int_equal(s->vt->logs.append(s, &writes[i].req), 0);
+    reads[i] = (qim_store_log_consumer_get_req){0};
+    reads[i].req = (qim_store_req){.cq = lc.cq, .done = on_loop_done, .data = &lc};
+    reads[i].consumer = "c";
+    reads[i].stream = outbox();
+    assert_int_equal(s->vt->logs.consumer_get(s, &reads[i]), 0);
+  }
+  assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
+  assert_int_equal(lc.done, LOOP_OPS);
+  assert_int_equal(lc.wrong_thread, 0);
+  assert_int_equal(lc.failed, 0);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
+/* ---- reopening ------------------------------------------------------------------------------ */
+
+static void test_reopen_keeps_committed_data(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-reopen");
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  fx_create_group(s, 1, 1);
+  qim_commit_intent p = fx_proposal(1, 1, 1, "kept");
+  assert_int_equal(fx_commit(s, &p), 1);
+  qim_store_close(s);
+
+  s = fx_open(dir, NULL, &o);
+  qim_store_intent_reserve_req r = {0};
+  r.proposal = &p;
+  assert_int_equal(QIM_STORE_SYNC(s, intents.reserve, &r), 0);
+  assert_int_equal(r.out.kind, QIM_RESERVE_RESULT_COMMITTED);
+  assert_int_equal(r.out.committed.coordinates.conversation_seq, 1);
+  assert_int_equal(outbox_count(s), 1);
+  qim_commit_intent_free(&p);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
+static void test_reopen_with_other_shard_config_is_refused(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-shards");
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  qim_store_close(s);
+  o.shards.shard_count = 8;
+  char *url = fx_url(dir, NULL);
+  s = NULL;
+  assert_int_equal(qim_store_open(url, &o, &s), -EINVAL);
+  assert_null(s);
+  o.shards = fx_options().shards;
+  assert_int_equal(qim_store_open(url, &o, &s), 0);
+  qim_store_close(s);
+  assert_int_equal(qim_store_open("nosuch:/tmp/x", &o, &s), -EINVAL);
+  free(url);
+  qim_test_rmtree(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_group_commit_batches_concurrent_submitters),
+      cmocka_unit_test(test_failing_operation_fails_alone_in_its_batch),
+      cmocka_unit_test(test_whole_transaction_rollback_fails_every_operation),
+      cmocka_unit_test(test_full_queue_is_backpressure),
+      cmocka_unit_test(test_completions_run_on_the_loop_thread),
+      cmocka_unit_test(test_reopen_keeps_committed_data),
+      cmocka_unit_test(test_reopen_with_other_shard_config_is_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
