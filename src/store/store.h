@@ -594,6 +594,7 @@ struct qim_store_stats {
   uint64_t failed_operations;     /* write operations completed with a non-zero status */
   uint64_t rejected_backpressure; /* submissions refused with -EAGAIN (queue full) */
   uint64_t reads;                 /* read operations executed */
+  uint64_t pages_written;         /* pages the commits wrote to the log (sqlite: WAL frames) */
   uint64_t batch_hist[8]; /* batches of size 1, 2-3, 4-7, 8-15, 16-63, 64-255, 256-1023, 1024+ */
 };
 void qim_store_get_stats(qim_store *s, qim_store_stats *out);

@@ -7,8 +7,8 @@
  * the store opens: it forwards everything to the real VFS except xSync on the WAL file
  * while `fail_sync` is set.
  */
-#include <stdatomic.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 
 #include "store_fixture.h"
 
@@ -33,9 +33,15 @@ static int shim_close(sqlite3_file *f) {
   sqlite3_free(REAL(f));
   return rc;
 }
-static int shim_read(sqlite3_file *f, void *p, int n, sqlite3_int64 off) { return FWD(f, xRead, p, n, off); }
-static int shim_write(sqlite3_file *f, const void *p, int n, sqlite3_int64 off) { return FWD(f, xWrite, p, n, off); }
-static int shim_truncate(sqlite3_file *f, sqlite3_int64 size) { return FWD(f, xTruncate, size); }
+static int shim_read(sqlite3_file *f, void *p, int n, sqlite3_int64 off) {
+  return FWD(f, xRead, p, n, off);
+}
+static int shim_write(sqlite3_file *f, const void *p, int n, sqlite3_int64 off) {
+  return FWD(f, xWrite, p, n, off);
+}
+static int shim_truncate(sqlite3_file *f, sqlite3_int64 size) {
+  return FWD(f, xTruncate, size);
+}
 static int shim_sync(sqlite3_file *f, int flags) {
   if (((shim_file *)f)->is_wal && atomic_load(&fail_sync)) {
     atomic_fetch_add(&failed_syncs, 1);
@@ -43,26 +49,65 @@ static int shim_sync(sqlite3_file *f, int flags) {
   }
   return FWD(f, xSync, flags);
 }
-static int shim_size(sqlite3_file *f, sqlite3_int64 *size) { return FWD(f, xFileSize, size); }
-static int shim_lock(sqlite3_file *f, int l) { return FWD(f, xLock, l); }
-static int shim_unlock(sqlite3_file *f, int l) { return FWD(f, xUnlock, l); }
-static int shim_check(sqlite3_file *f, int *out) { return FWD(f, xCheckReservedLock, out); }
-static int shim_fcntl(sqlite3_file *f, int op, void *arg) { return FWD(f, xFileControl, op, arg); }
-static int shim_sector(sqlite3_file *f) { return FWD(f, xSectorSize); }
-static int shim_caps(sqlite3_file *f) { return FWD(f, xDeviceCharacteristics); }
+static int shim_size(sqlite3_file *f, sqlite3_int64 *size) {
+  return FWD(f, xFileSize, size);
+}
+static int shim_lock(sqlite3_file *f, int l) {
+  return FWD(f, xLock, l);
+}
+static int shim_unlock(sqlite3_file *f, int l) {
+  return FWD(f, xUnlock, l);
+}
+static int shim_check(sqlite3_file *f, int *out) {
+  return FWD(f, xCheckReservedLock, out);
+}
+static int shim_fcntl(sqlite3_file *f, int op, void *arg) {
+  return FWD(f, xFileControl, op, arg);
+}
+static int shim_sector(sqlite3_file *f) {
+  return FWD(f, xSectorSize);
+}
+static int shim_caps(sqlite3_file *f) {
+  return FWD(f, xDeviceCharacteristics);
+}
 static int shim_shm_map(sqlite3_file *f, int pg, int sz, int ext, void volatile **pp) {
   return FWD(f, xShmMap, pg, sz, ext, pp);
 }
-static int shim_shm_lock(sqlite3_file *f, int off, int n, int flags) { return FWD(f, xShmLock, off, n, flags); }
-static void shim_shm_barrier(sqlite3_file *f) { FWD(f, xShmBarrier); }
-static int shim_shm_unmap(sqlite3_file *f, int del) { return FWD(f, xShmUnmap, del); }
-static int shim_fetch(sqlite3_file *f, sqlite3_int64 off, int n, void **pp) { return FWD(f, xFetch, off, n, pp); }
-static int shim_unfetch(sqlite3_file *f, sqlite3_int64 off, void *p) { return FWD(f, xUnfetch, off, p); }
+static int shim_shm_lock(sqlite3_file *f, int off, int n, int flags) {
+  return FWD(f, xShmLock, off, n, flags);
+}
+static void shim_shm_barrier(sqlite3_file *f) {
+  FWD(f, xShmBarrier);
+}
+static int shim_shm_unmap(sqlite3_file *f, int del) {
+  return FWD(f, xShmUnmap, del);
+}
+static int shim_fetch(sqlite3_file *f, sqlite3_int64 off, int n, void **pp) {
+  return FWD(f, xFetch, off, n, pp);
+}
+static int shim_unfetch(sqlite3_file *f, sqlite3_int64 off, void *p) {
+  return FWD(f, xUnfetch, off, p);
+}
 
 static const sqlite3_io_methods shim_io = {
-    3,           shim_close, shim_read,   shim_write,       shim_truncate,  shim_sync,
-    shim_size,   shim_lock,  shim_unlock, shim_check,       shim_fcntl,     shim_sector,
-    shim_caps,   shim_shm_map, shim_shm_lock, shim_shm_barrier, shim_shm_unmap, shim_fetch,
+    3,
+    shim_close,
+    shim_read,
+    shim_write,
+    shim_truncate,
+    shim_sync,
+    shim_size,
+    shim_lock,
+    shim_unlock,
+    shim_check,
+    shim_fcntl,
+    shim_sector,
+    shim_caps,
+    shim_shm_map,
+    shim_shm_lock,
+    shim_shm_barrier,
+    shim_shm_unmap,
+    shim_fetch,
     shim_unfetch,
 };
 
@@ -120,7 +165,8 @@ static void test_failed_commit_fsync_fails_the_whole_batch(void **state) {
   qim_store_log_append a = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .payload = {(uint8_t *)"a", 1}};
   a.key[0] = 1;
   qim_store_log_append_req append = {.appends = &a, .append_count = 1};
-  qim_store_member_change ch = {QIM_STORE_MEMBER_ADD, fx_user(2), QIM_GROUP_ROLE_MEMBER, 0x2F, 0x2F};
+  qim_store_member_change ch = {QIM_STORE_MEMBER_ADD, fx_user(2), QIM_GROUP_ROLE_MEMBER, 0x2F,
+                                0x2F};
   qim_store_members_change_req members = {0};
   members.tenant_id = fx_tenant();
   members.conversation_id = fx_conv(1);
