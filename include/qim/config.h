@@ -6,8 +6,8 @@
  * file (`--config FILE` or `QIM_CONFIG`), built-in defaults. The file holds `key = value`
  * lines; `#` starts a comment at the start of a line or after whitespace; keys are the
  * names in the table of config.c (qim_config_write_help prints it). List settings
- * (api_key, service_token, tenant_retention) may repeat; a source that sets a list replaces the lists of
- * lower sources as a whole.
+ * (api_key, service_token, tenant_retention) may repeat; a source that sets a list replaces the
+ * lists of lower sources as a whole.
  *
  * Bad configuration is always an error that names the key and the source, e.g.
  *   config: listen: expected HOST:PORT, got 'x' (from --listen)
@@ -88,7 +88,7 @@ typedef struct qim_config {
   uint64_t msg_delete_age_ms; /* window for non-owner hard delete and sender recall */
   qim_config_tenant_retention tenant_retentions[QIM_CONFIG_MAX_TENANT_RETENTIONS];
   uint32_t tenant_retention_count; /* TenantCustom ages; tenants not listed keep them */
-  uint32_t member_limit;      /* members per group (MemberLimitExceeded above it) */
+  uint32_t member_limit;           /* members per group (MemberLimitExceeded above it) */
 
   /* Clients, tenants and accounts. */
   qim_config_api_key api_keys[QIM_CONFIG_MAX_API_KEYS];

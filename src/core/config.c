@@ -18,16 +18,16 @@
 /* ---- the table ------------------------------------------------------------ */
 
 typedef enum vtype {
-  V_U32,     /* decimal integer */
-  V_BYTES,   /* decimal integer with optional k / m suffix (binary) */
-  V_MS,      /* duration: integer + ms|s|m|h|d */
-  V_LISTEN,  /* HOST:PORT */
-  V_PATH,    /* non-empty path */
-  V_STORE,   /* sqlite:PATH | redis://HOST:PORT[/DB] */
-  V_API_KEY, /* list of KEY[:TENANT] */
-  V_SERVICE, /* list of SERVICE:TOKEN */
+  V_U32,       /* decimal integer */
+  V_BYTES,     /* decimal integer with optional k / m suffix (binary) */
+  V_MS,        /* duration: integer + ms|s|m|h|d */
+  V_LISTEN,    /* HOST:PORT */
+  V_PATH,      /* non-empty path */
+  V_STORE,     /* sqlite:PATH | redis://HOST:PORT[/DB] */
+  V_API_KEY,   /* list of KEY[:TENANT] */
+  V_SERVICE,   /* list of SERVICE:TOKEN */
   V_RETENTION, /* list of TENANT:DURATION */
-  V_LEVEL,   /* debug|info|warn|error */
+  V_LEVEL,     /* debug|info|warn|error */
 } vtype;
 
 typedef struct setting {
@@ -361,16 +361,19 @@ static int add_tenant_retention(qim_config *c, const setting *s, const char *e, 
     memcpy(entry, e, n);
     entry[n] = '\0';
     entry[colon - e] = '\0';
-    ok = parse_tenant(entry, &r.tenant) == 0 && parse_duration(entry + (colon - e) + 1, &r.age_ms) == 0 &&
-         r.age_ms >= s->min && r.age_ms <= s->max;
+    ok = parse_tenant(entry, &r.tenant) == 0 &&
+         parse_duration(entry + (colon - e) + 1, &r.age_ms) == 0 && r.age_ms >= s->min &&
+         r.age_ms <= s->max;
   }
   if (!ok) {
-    fmt(why, cap, "expected TENANT:DURATION (a non-zero tenant, a duration from 1s to 36500d), got '%.*s'",
+    fmt(why, cap,
+        "expected TENANT:DURATION (a non-zero tenant, a duration from 1s to 36500d), got '%.*s'",
         (int)n, e);
     return -EINVAL;
   }
   for (uint32_t i = 0; i < c->tenant_retention_count; i++)
-    if (c->tenant_retentions[i].tenant.v.hi == r.tenant.v.hi && c->tenant_retentions[i].tenant.v.lo == r.tenant.v.lo) {
+    if (c->tenant_retentions[i].tenant.v.hi == r.tenant.v.hi &&
+        c->tenant_retentions[i].tenant.v.lo == r.tenant.v.lo) {
       fmt(why, cap, "tenant '%s' is listed twice", entry);
       return -EINVAL;
     }
