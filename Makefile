@@ -10,13 +10,15 @@
 #                BENCH_ARGS=--quick for a fast check of the harness)
 #   make bench-fanout  the materialization benchmark (mailbox entries/s for a 1,000-member group,
 #                BENCH_MESSAGES messages per layout, default 200); BENCH_DIR as above
+#   make bench-history  p50/p99 of a 50-message history page from a 1,000,000-message conversation
+#                (bench/history.c; BENCH_DIR on a real disk; HISTORY_BENCH_ARGS e.g. "--strict")
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
 # Sub-makes run by cmake --build need not announce every directory.
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean bench bench-store bench-commit bench-fanout
+.PHONY: deps build san run test test-gcc test-san clean bench bench-store bench-commit bench-fanout bench-history
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
 BENCH_MESSAGES ?= 200
@@ -59,6 +61,8 @@ bench-commit: build
 
 bench-fanout: build
 	./build/bench/qim-bench-fanout $(BENCH_DIR) $(BENCH_MESSAGES)
+bench-history: build
+	./build/bench/qim-bench-history $(BENCH_DIR) $(HISTORY_BENCH_ARGS)
 
 clean:
 	rm -rf build build-san

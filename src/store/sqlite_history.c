@@ -4,17 +4,18 @@
  * retention expiry.
  *
  * Rows are written by intents.advance(RECORDED); this file reads and changes them. A
- * body wipe is "deleted means gone": the history row, the stored commit intent and every
- * inline mailbox entry of the message lose their content in the same transaction, and
- * secure_delete makes SQLite overwrite the freed bytes. The outbox copy is the history
- * module's to redact (logs.redact), since the store cannot tell which log records still
- * have readers.
+ * body wipe is "deleted means gone": the history row, the stored commit intent, every
+ * inline mailbox entry and the log records of the message (outbox envelope, mailbox
+ * dispatches: sqlite_logs.c) lose their content in the same transaction, and
+ * secure_delete makes SQLite overwrite the freed bytes; the writer's periodic TRUNCATE
+ * checkpoint (sqlite.c) removes the old page images from the WAL.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "qim/err.h"
+#include "qim/ids.h"
 #include "qim/mem.h"
 #include "qim/record.h"
 #include "store/sqlite_int.h"
@@ -154,11 +155,9 @@ static int query_take(qim_store_record_query_req *r, sqlite3_stmt *st, query_acc
 static int query_interval(sq_conn *c, qim_store_record_query_req *r, qim_store_seq_range iv,
                           query_acc *acc) {
   bool older = r->direction == QIM_HISTORY_DIRECTION_OLDER;
-#define QUERY_SQL(order)                                                                     \
-  "SELECT state, size, body FROM records r WHERE tenant=?1 AND conv=?2 AND seq >= ?3"        \
-  " AND seq < ?4 AND (?5 = 0 OR state NOT IN (1, 3)) AND NOT EXISTS (SELECT 1 FROM dellog d" \
-  " WHERE d.tenant=?1 AND d.conv=?2 AND d.for_user=?6 AND d.low <= r.seq AND d.hi > r.seq)"  \
-  " ORDER BY seq " order
+#define QUERY_SQL(order)                                                            \
+  "SELECT state, size, body FROM records WHERE tenant=?1 AND conv=?2 AND seq >= ?3" \
+  " AND seq < ?4 AND (?5 = 0 OR state NOT IN (1, 3)) ORDER BY seq " order
   sqlite3_stmt *st = sq_prep(c, older ? QUERY_SQL("DESC") : QUERY_SQL("ASC"));
 #undef QUERY_SQL
   if (!st) return sq_last_error(c);
@@ -166,23 +165,83 @@ static int query_interval(sq_conn *c, qim_store_record_query_req *r, qim_store_s
   sq_bind_u64(st, 3, iv.low);
   sq_bind_u64(st, 4, iv.hi);
   sqlite3_bind_int(st, 5, r->skip_deleted);
-  sq_bind_u128(st, 6, r->viewer.v);
   int rc;
   while (!acc->full && (rc = sq_step(c, st)) == 1)
     if ((rc = query_take(r, st, acc))) return rc;
   return acc->full ? 0 : rc;
 }
 
+/* The viewer's own soft deletes overlapping [lo, hi), sorted and merged. Read once per
+ * query (one index range scan) rather than as a correlated subquery per row, which costs
+ * a scan of the viewer's ranges for every row returned. */
+static int hidden_ranges(sq_conn *c, const qim_store_record_query_req *r, uint64_t lo, uint64_t hi,
+                         qim_store_seq_range **out, size_t *count) {
+  *out = NULL;
+  *count = 0;
+  sqlite3_stmt *st = sq_prep(c,
+                             "SELECT low, hi FROM dellog WHERE tenant=? AND conv=? AND for_user=?"
+                             " AND low < ? AND hi > ?");
+  if (!st) return sq_last_error(c);
+  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_u128(st, 3, r->viewer.v);
+  sq_bind_u64(st, 4, hi);
+  sq_bind_u64(st, 5, lo);
+  qim_store_seq_range *v = NULL;
+  size_t n = 0, cap = 0;
+  int rc;
+  while ((rc = sq_step(c, st)) == 1) {
+    if (n == cap) v = qim_realloc(v, (cap = cap ? cap * 2 : 16) * sizeof *v);
+    v[n++] = (qim_store_seq_range){sq_col_u64(st, 0), sq_col_u64(st, 1)};
+  }
+  if (rc < 0) {
+    qim_free(v);
+    return rc;
+  }
+  if (n) qsort(v, n, sizeof *v, cmp_range);
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (m && v[i].low <= v[m - 1].hi) {
+      if (v[i].hi > v[m - 1].hi) v[m - 1].hi = v[i].hi;
+    } else {
+      v[m++] = v[i];
+    }
+  }
+  *out = v;
+  *count = m;
+  return 0;
+}
+
+/* iv minus h (both ascending, disjoint): the seqs the viewer has not hidden. */
+static size_t intervals_minus(const qim_store_seq_range *iv, size_t n, const qim_store_seq_range *h,
+                              size_t m, qim_store_seq_range **out) {
+  qim_store_seq_range *v = qim_malloc((n + m + 1) * sizeof *v);
+  size_t k = 0, j = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t at = iv[i].low;
+    while (j < m && h[j].hi <= at) j++;
+    for (size_t t = j; t < m && h[t].low < iv[i].hi; t++) {
+      if (h[t].low > at) v[k++] = (qim_store_seq_range){at, h[t].low};
+      if (h[t].hi > at) at = h[t].hi;
+    }
+    if (at < iv[i].hi) v[k++] = (qim_store_seq_range){at, iv[i].hi};
+  }
+  *out = v;
+  return k;
+}
+
 static int record_query_exec(sq_conn *c, qim_store_req *base) {
   qim_store_record_query_req *r = (void *)base;
-  qim_store_seq_range *iv;
-  size_t n = query_intervals(r, &iv);
+  qim_store_seq_range *iv, *hidden = NULL, *visible = NULL;
+  size_t n = query_intervals(r, &iv), m = 0, k = 0;
+  int rc = n ? hidden_ranges(c, r, iv[0].low, iv[n - 1].hi, &hidden, &m) : 0;
+  if (rc == 0) k = intervals_minus(iv, n, hidden, m, &visible);
   query_acc acc = {0};
   bool older = r->direction == QIM_HISTORY_DIRECTION_OLDER;
-  int rc = 0;
-  for (size_t i = 0; rc == 0 && !acc.full && i < n; i++)
-    rc = query_interval(c, r, iv[older ? n - 1 - i : i], &acc);
+  for (size_t i = 0; rc == 0 && !acc.full && i < k; i++)
+    rc = query_interval(c, r, visible[older ? k - 1 - i : i], &acc);
   qim_free(iv);
+  qim_free(hidden);
+  qim_free(visible);
   return rc;
 }
 
@@ -214,6 +273,7 @@ static int change_record(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
   rc = qim_message_record_encode(&rec, &body);
   if (rc == 0 && wipe) rc = sq_intent_wipe_body(c, &key);
   if (rc == 0 && wipe) rc = sq_mailbox_wipe_message(c, &rec.coordinates.message_id);
+  if (rc == 0 && wipe) rc = sq_logs_wipe_message(c, &rec.coordinates.message_id);
   qim_message_record_free(&rec);
   if (rc) return rc;
   st = sq_prep(c,
@@ -248,36 +308,112 @@ static int set_state_exec(sq_conn *c, qim_store_req *base) {
 const sq_op sq_op_record_set_state = {"history.set_state", true, set_state_prepare,
                                       set_state_exec,      NULL, HISTORY_ERRORS};
 
-static int expire_exec(sq_conn *c, qim_store_req *base) {
+static int expire_prepare(const sq_store *st, qim_store_req *base) {
+  (void)st;
   qim_store_record_expire_req *r = (void *)base;
-  sqlite3_stmt *st = sq_prep(c,
-                             "SELECT conv, seq FROM records WHERE tenant=? AND retention=?"
-                             " AND created_at < ? AND NOT (state = 3 AND size = 0)");
+  r->out_count = 0;
+  r->out_more = false;
+  r->out_floors = NULL;
+  r->out_floor_count = 0;
+  return r->retention_class <= QIM_RETENTION_CLASS_TENANT_CUSTOM ? 0 : -EINVAL;
+}
+
+static void expire_discard(qim_store_req *base) {
+  qim_store_record_expire_req *r = (void *)base;
+  qim_free(r->out_floors);
+  r->out_floors = NULL;
+  r->out_floor_count = 0;
+}
+
+typedef struct expire_victim {
+  qim_conversation_id conv;
+  qim_conversation_seq seq;
+} expire_victim;
+
+static int victim_cmp(const void *a, const void *b) {
+  const expire_victim *x = a, *y = b;
+  int c = qim_u128_cmp(x->conv.v, y->conv.v);
+  return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* The records to expire, oldest first; collected before any is changed, since
+ * change_record rewrites rows of the table being scanned. */
+static int expire_collect(sq_conn *c, qim_store_record_expire_req *r, expire_victim **out,
+                          size_t *count) {
+  sqlite3_stmt *st =
+      sq_prep(c,
+              "SELECT conv, seq FROM records WHERE tenant=? AND retention=?"
+              " AND created_at >= ? AND created_at < ? AND NOT (state = 3 AND size = 0)"
+              " ORDER BY created_at LIMIT ?");
   if (!st) return sq_last_error(c);
   sq_bind_u128(st, 1, r->tenant_id.v);
   sqlite3_bind_int(st, 2, (int)r->retention_class);
-  sq_bind_u64(st, 3, r->before);
-  /* Collect first: change_record rewrites rows of the table being scanned. */
-  typedef struct {
-    qim_conversation_id conv;
-    qim_conversation_seq seq;
-  } victim;
-  victim *v = NULL;
+  sq_bind_u64(st, 3, r->after);
+  sq_bind_u64(st, 4, r->before);
+  sqlite3_bind_int64(st, 5, r->limit ? (sqlite3_int64)r->limit + 1 : -1);
+  expire_victim *v = NULL;
   size_t n = 0, cap = 0;
   int rc;
   while ((rc = sq_step(c, st)) == 1) {
+    if (r->limit && n == r->limit) {
+      r->out_more = true;
+      break;
+    }
     if (n == cap) v = qim_realloc(v, (cap = cap ? cap * 2 : 64) * sizeof *v);
-    v[n++] = (victim){{sq_col_u128(st, 0)}, sq_col_u64(st, 1)};
+    v[n++] = (expire_victim){{sq_col_u128(st, 0)}, sq_col_u64(st, 1)};
   }
-  for (size_t i = 0; rc == 0 && i < n; i++)
+  if (rc < 0) {
+    qim_free(v);
+    return rc;
+  }
+  *out = v;
+  *count = n;
+  return 0;
+}
+
+/* Raises one conversation's retention floor to `seq`; reports it when it rose. */
+static int expire_floor(sq_conn *c, qim_store_record_expire_req *r, qim_conversation_id conv,
+                        qim_conversation_seq seq, size_t *cap) {
+  sqlite3_stmt *st =
+      sq_prep(c, "SELECT retention_floor FROM conversations WHERE tenant=? AND conv=?");
+  if (!st) return sq_last_error(c);
+  bind_conv(st, 1, r->tenant_id, conv);
+  int rc = sq_step(c, st);
+  if (rc <= 0) return rc; /* the conversation is gone: nothing to raise */
+  qim_conversation_seq previous = sq_col_u64(st, 0);
+  if (previous >= seq) return 0;
+  st = sq_prep(c, "UPDATE conversations SET retention_floor=? WHERE tenant=? AND conv=?");
+  if (!st) return sq_last_error(c);
+  sq_bind_u64(st, 1, seq);
+  bind_conv(st, 2, r->tenant_id, conv);
+  if ((rc = sq_run(c, st))) return rc;
+  if (r->out_floor_count == *cap)
+    r->out_floors =
+        qim_realloc(r->out_floors, (*cap = *cap ? *cap * 2 : 8) * sizeof *r->out_floors);
+  r->out_floors[r->out_floor_count++] = (qim_store_retention_floor){conv, previous, seq};
+  return 0;
+}
+
+static int expire_exec(sq_conn *c, qim_store_req *base) {
+  qim_store_record_expire_req *r = (void *)base;
+  expire_victim *v = NULL;
+  size_t n = 0, cap = 0;
+  int rc = expire_collect(c, r, &v, &n);
+  if (rc) return rc;
+  if (n) qsort(v, n, sizeof *v, victim_cmp);
+  for (size_t i = 0; rc == 0 && i < n; i++) {
     rc = change_record(c, r->tenant_id, v[i].conv, v[i].seq, QIM_MESSAGE_STATE_DELETED, true,
                        r->now);
+    bool last_of_conv = i + 1 == n || !qim_u128_eq(v[i + 1].conv.v, v[i].conv.v);
+    if (rc == 0 && last_of_conv) rc = expire_floor(c, r, v[i].conv, v[i].seq, &cap);
+  }
   qim_free(v);
   r->out_count = rc ? 0 : n;
   return rc;
 }
 
-const sq_op sq_op_record_expire = {"history.expire", true, NULL, expire_exec, NULL, HISTORY_ERRORS};
+const sq_op sq_op_record_expire = {"history.expire", true,           expire_prepare,
+                                   expire_exec,      expire_discard, HISTORY_ERRORS};
 
 /* ---- dellog ---------------------------------------------------------------------------------- */
 
@@ -348,6 +484,7 @@ static int dellog_query_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
   qim_store_dellog_query_req *r = (void *)base;
   r->out_ranges = NULL;
+  r->out_delids = NULL;
   r->out_count = 0;
   r->out_max_delid = 0;
   return r->limit > 0 ? 0 : -EINVAL;
@@ -356,7 +493,9 @@ static int dellog_query_prepare(const sq_store *st, qim_store_req *base) {
 static void dellog_query_discard(qim_store_req *base) {
   qim_store_dellog_query_req *r = (void *)base;
   qim_free(r->out_ranges);
+  qim_free(r->out_delids);
   r->out_ranges = NULL;
+  r->out_delids = NULL;
   r->out_count = 0;
 }
 
@@ -369,7 +508,7 @@ static int dellog_query_exec(sq_conn *c, qim_store_req *base) {
   if (rc <= 0) return rc < 0 ? rc : -ENOENT;
   r->out_max_delid = sq_col_u64(st, 0);
   st = sq_prep(c,
-               "SELECT low, hi FROM dellog WHERE tenant=?1 AND conv=?2"
+               "SELECT low, hi, delid FROM dellog WHERE tenant=?1 AND conv=?2"
                " AND (for_user IS NULL OR for_user=?3) AND delid >= ?4 AND (?5 = 0 OR delid < ?5)"
                " ORDER BY delid, low LIMIT ?6");
   if (!st) return sq_last_error(c);
@@ -380,9 +519,12 @@ static int dellog_query_exec(sq_conn *c, qim_store_req *base) {
   sqlite3_bind_int64(st, 6, r->limit);
   size_t cap = 0;
   while ((rc = sq_step(c, st)) == 1) {
-    if (r->out_count == cap)
-      r->out_ranges =
-          qim_realloc(r->out_ranges, (cap = cap ? cap * 2 : 16) * sizeof *r->out_ranges);
+    if (r->out_count == cap) {
+      cap = cap ? cap * 2 : 16;
+      r->out_ranges = qim_realloc(r->out_ranges, cap * sizeof *r->out_ranges);
+      r->out_delids = qim_realloc(r->out_delids, cap * sizeof *r->out_delids);
+    }
+    r->out_delids[r->out_count] = sq_col_u64(st, 2);
     r->out_ranges[r->out_count++] = (qim_store_seq_range){sq_col_u64(st, 0), sq_col_u64(st, 1)};
   }
   return rc;
