@@ -180,6 +180,17 @@ int sq_run(sq_conn *c, sqlite3_stmt *st) {
   return rc > 0 ? 0 : rc;
 }
 
+int sq_step_row(sq_conn *c, sqlite3_stmt *st) {
+  int rc = sq_step(c, st);
+  return rc > 0 ? 0 : rc < 0 ? rc : -ENOENT;
+}
+
+int sq_run_matched(sq_conn *c, sqlite3_stmt *st) {
+  int rc = sq_run(c, st);
+  if (rc) return rc;
+  return sqlite3_changes(c->db) ? 0 : -ENOENT;
+}
+
 void sq_bind_u128(sqlite3_stmt *st, int i, qim_u128 v) {
   uint8_t b[16];
   for (int k = 0; k < 8; k++) {
