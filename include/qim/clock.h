@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "qim/types.h"
 
@@ -18,6 +19,14 @@ typedef struct qim_clock {
 
 /* The process-wide real clock (CLOCK_REALTIME / CLOCK_MONOTONIC). */
 const qim_clock *qim_clock_system(void);
+
+/* The instant `ms` from now on `clock_id` (the clock the condition variable waits on:
+ * CLOCK_REALTIME unless it was set up with another), for pthread_cond_timedwait. Reads
+ * the real clock, never a qim_clock: condition variables only know the system's. */
+struct timespec qim_deadline_after_ms(clockid_t clock_id, int64_t ms);
+/* Initializes a condition variable whose timed waits use CLOCK_MONOTONIC (deadlines from
+ * qim_deadline_after_ms(CLOCK_MONOTONIC, ...)), so stepping the wall clock moves no wait. */
+void qim_cond_init_monotonic(pthread_cond_t *cv);
 
 static inline uint64_t qim_clock_wall_ms(const qim_clock *c) { return c->wall_ms(c->ctx); }
 static inline uint64_t qim_clock_mono_ns(const qim_clock *c) { return c->mono_ns(c->ctx); }

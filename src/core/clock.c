@@ -12,6 +12,26 @@
 
 /* ---- system clock --------------------------------------------------------------- */
 
+struct timespec qim_deadline_after_ms(clockid_t clock_id, int64_t ms) {
+  struct timespec ts;
+  clock_gettime(clock_id, &ts);
+  ts.tv_sec += (time_t)(ms / 1000);
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+void qim_cond_init_monotonic(pthread_cond_t *cv) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+}
+
 static uint64_t system_wall_ms(void *ctx) {
   (void)ctx;
   struct timespec ts;

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <time.h>
 
+#include "qim/clock.h"
 #include "qim/mem.h"
 
 typedef enum cq_kind { CQ_LOOP, CQ_BLOCKING } cq_kind;
@@ -123,22 +124,9 @@ int qim_cq_drain(qim_cq *cq) {
   }
 }
 
-/* Absolute CLOCK_REALTIME deadline `ms` from now, for pthread_cond_timedwait. */
-static struct timespec deadline_after(int ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  return ts;
-}
-
 int qim_cq_wait(qim_cq *cq, int timeout_ms) {
   if (cq->kind != CQ_BLOCKING) return -EINVAL;
-  struct timespec until = timeout_ms >= 0 ? deadline_after(timeout_ms) : (struct timespec){0};
+  struct timespec until = timeout_ms >= 0 ? qim_deadline_after_ms(CLOCK_REALTIME, timeout_ms) : (struct timespec){0};
   pthread_mutex_lock(&cq->mu);
   while (!cq->head) {
     if (timeout_ms < 0) {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "fanout/fanout_int.h"
+#include "qim/clock.h"
 #include "qim/err.h"
 #include "qim/ids.h"
 #include "qim/log.h"
@@ -37,12 +38,8 @@ int qim_fanout_new(qim_store *store, const qim_fanout_options *opt, qim_fanout *
   f->store = store;
   f->opt = *opt;
   options_defaults(&f->opt);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_mutex_init(&f->mu, NULL);
-  pthread_cond_init(&f->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  qim_cond_init_monotonic(&f->cv);
   *out = f;
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "fanout/fanout_int.h"
+#include "qim/clock.h"
 #include "qim/err.h"
 #include "qim/log.h"
 
@@ -21,14 +22,7 @@ static bool halting(int rc) {
 
 /* Waits on the condition for up to `ms` or until notified/stopping. Holds f->mu. */
 static void wait_ms(qim__fanout *f, uint32_t ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
+  struct timespec ts = qim_deadline_after_ms(CLOCK_MONOTONIC, ms);
   while (!f->stopping && !f->notified)
     if (pthread_cond_timedwait(&f->cv, &f->mu, &ts) == ETIMEDOUT) break;
   f->notified = false;

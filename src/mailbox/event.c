@@ -114,22 +114,28 @@ static bool is_mentioned(qim_user_id user, const qim_user_id *mentions, size_t n
   return n && bsearch(&user, mentions, n, sizeof *mentions, user_cmp) != NULL;
 }
 
-size_t qim__mb_event_group(const qim_group_dispatch *d, const mb_body *body, qim_mailbox_seq seq,
-                           qim_user_id user, const qim_user_id *mentions, size_t mention_count,
-                           qim_mailbox_entry out[2]) {
-  qim_event_type type = qim_mailbox_event_type(&body->content);
-  qim_mailbox_entry *e = &out[0];
-  *e = (qim_mailbox_entry){
+/* Entry `ordinal` of the group, with what every entry of it shares and nothing else. */
+static qim_mailbox_entry group_entry(const qim_group_dispatch *d, qim_mailbox_seq seq,
+                                     qim_user_id user, uint8_t ordinal, qim_event_type type) {
+  return (qim_mailbox_entry){
       .tenant_id = d->tenant_id,
       .user_id = user,
       .mailbox_seq = seq,
-      .event_ordinal = 0,
-      .event_id = qim_event_id_make(seq, 0),
+      .event_ordinal = ordinal,
+      .event_id = qim_event_id_make(seq, ordinal),
       .event_type = type,
       .coordinates = d->source_message,
       .sender_id = d->sender_id,
       .created_at = d->created_at,
   };
+}
+
+size_t qim__mb_event_group(const qim_group_dispatch *d, const mb_body *body, qim_mailbox_seq seq,
+                           qim_user_id user, const qim_user_id *mentions, size_t mention_count,
+                           qim_mailbox_entry out[2]) {
+  qim_event_type type = qim_mailbox_event_type(&body->content);
+  qim_mailbox_entry *e = &out[0];
+  *e = group_entry(d, seq, user, 0, type);
   /* Only the sender's own devices need the cmid (they reconcile pending sends with it). */
   if (qim_u128_eq(user.v, d->sender_id.v)) {
     e->has_client_message_id = true;
@@ -144,17 +150,7 @@ size_t qim__mb_event_group(const qim_group_dispatch *d, const mb_body *body, qim
   if (type != QIM_EVENT_TYPE_MESSAGE || qim_u128_eq(user.v, d->sender_id.v) ||
       !is_mentioned(user, mentions, mention_count))
     return 1;
-  out[1] = (qim_mailbox_entry){
-      .tenant_id = d->tenant_id,
-      .user_id = user,
-      .mailbox_seq = seq,
-      .event_ordinal = 1,
-      .event_id = qim_event_id_make(seq, 1),
-      .event_type = QIM_EVENT_TYPE_MENTION,
-      .coordinates = d->source_message,
-      .sender_id = d->sender_id,
-      .created_at = d->created_at,
-  };
+  out[1] = group_entry(d, seq, user, 1, QIM_EVENT_TYPE_MENTION);
   return 2;
 }
 

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "mailbox/mailbox_int.h"
+#include "qim/clock.h"
 #include "qim/err.h"
 #include "qim/log.h"
 #include "qim/mem.h"
@@ -244,11 +245,7 @@ static bool busy(qim_mailbox *m, uint64_t gen) {
 int qim_mailbox_drain(qim_mailbox *m, int timeout_ms) {
   uint64_t gen = atomic_fetch_add(&m->drain_gen, 1) + 1;
   each_lane(m, kick_lane);
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += timeout_ms / 1000;
-  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+  struct timespec until = qim_deadline_after_ms(CLOCK_REALTIME, timeout_ms);
   int rc = 0;
   pthread_mutex_lock(&m->mu);
   while (busy(m, gen))

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "mailbox/mailbox_int.h"
+#include "qim/clock.h"
 #include "qim/log.h"
 #include "qim/mem.h"
 
@@ -113,12 +114,8 @@ static void *worker_main(void *arg) {
 }
 
 int qim__mb_pool_start(qim_mailbox *m, mb_pool *p, uint32_t workers) {
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_mutex_init(&p->mu, NULL);
-  pthread_cond_init(&p->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  qim_cond_init_monotonic(&p->cv);
   p->workers = qim_calloc(workers, sizeof *p->workers);
   for (uint32_t i = 0; i < workers; i++) {
     mb_worker *w = &p->workers[i];

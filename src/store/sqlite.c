@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "qim/clock.h"
 #include "qim/err.h"
 #include "qim/log.h"
 #include "qim/mem.h"
@@ -181,6 +182,17 @@ int sq_step(sq_conn *c, sqlite3_stmt *st) {
 int sq_run(sq_conn *c, sqlite3_stmt *st) {
   int rc = sq_step(c, st);
   return rc > 0 ? 0 : rc;
+}
+
+int sq_step_row(sq_conn *c, sqlite3_stmt *st) {
+  int rc = sq_step(c, st);
+  return rc > 0 ? 0 : rc < 0 ? rc : -ENOENT;
+}
+
+int sq_run_matched(sq_conn *c, sqlite3_stmt *st) {
+  int rc = sq_run(c, st);
+  if (rc) return rc;
+  return sqlite3_changes(c->db) ? 0 : -ENOENT;
 }
 
 void sq_bind_u128(sqlite3_stmt *st, int i, qim_u128 v) {
@@ -356,11 +368,7 @@ static size_t queue_take(sq_queue *q, uint32_t max, qim_store_req **out, int tim
   *timed_out = false;
   pthread_mutex_lock(&q->mu);
   if (!q->head && !q->closing && timeout_ms >= 0) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    struct timespec ts = qim_deadline_after_ms(CLOCK_REALTIME, timeout_ms);
     while (!q->head && !q->closing)
       if (pthread_cond_timedwait(&q->cv, &q->mu, &ts) == ETIMEDOUT) break;
     *timed_out = !q->head && !q->closing;

@@ -57,8 +57,8 @@ static int user_get_exec(sq_conn *c, qim_store_req *base) {
   if (!st) return sq_last_error(c);
   sq_bind_u128(st, 1, r->tenant_id.v);
   sq_bind_u128(st, 2, r->user_id.v);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   qim_store_user *u = &r->out;
   u->tenant_id = r->tenant_id;
   u->user_id = r->user_id;
@@ -87,8 +87,8 @@ static int user_update_exec(sq_conn *c, qim_store_req *base) {
   sq_bind_text(st, 4, r->private_json);
   sqlite3_bind_int(st, 5, r->bump_token_epoch ? 1 : 0);
   sq_bind_u64(st, 6, r->now);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   r->out_token_epoch = sq_col_u64(st, 0);
   return sq_run(c, st); /* finish the statement so the update is complete */
 }
@@ -141,8 +141,8 @@ static int cred_get_exec(sq_conn *c, qim_store_req *base) {
   if (!st) return sq_last_error(c);
   sq_bind_u128(st, 1, r->tenant_id.v);
   sq_bind_text(st, 2, r->login);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   r->out.tenant_id = r->tenant_id;
   r->out.login = qim_strdup(r->login);
   r->out.user_id.v = sq_col_u128(st, 0);
@@ -166,9 +166,7 @@ static int cred_update_exec(sq_conn *c, qim_store_req *base) {
   sq_bind_text(st, 1, r->secret_hash);
   sq_bind_u128(st, 2, r->tenant_id.v);
   sq_bind_u128(st, 3, r->user_id.v);
-  int rc = sq_run(c, st);
-  if (rc) return rc;
-  return sq_changes(c) ? 0 : -ENOENT;
+  return sq_run_matched(c, st);
 }
 
 const sq_op sq_op_cred_update = {"accounts.cred_update", true, cred_update_prepare,
@@ -207,8 +205,8 @@ static int apikey_get_exec(sq_conn *c, qim_store_req *base) {
   sqlite3_stmt *st = sq_prep(c, "SELECT tenant FROM apikeys WHERE api_key=?");
   if (!st) return sq_last_error(c);
   sq_bind_text(st, 1, r->api_key);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   r->out_tenant_id.v = sq_col_u128(st, 0);
   return 0;
 }

@@ -23,11 +23,6 @@
 #define MODE_OWNER 0xFFu /* JRWPASDO */
 #define MODE_DIRECT (QIM_MODE_J | QIM_MODE_R | QIM_MODE_W | QIM_MODE_P | QIM_MODE_A)
 
-static void bind_conv(sqlite3_stmt *st, int first, qim_tenant_id t, qim_conversation_id conv) {
-  sq_bind_u128(st, first, t.v);
-  sq_bind_u128(st, first + 1, conv.v);
-}
-
 /* ---- reading rows ---------------------------------------------------------------------- */
 
 #define CONV_COLUMNS                                                                \
@@ -92,7 +87,7 @@ int sq_conv_target_shards(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
                              "SELECT shard FROM conv_shards WHERE tenant=? AND conv=?"
                              " AND members > 0 ORDER BY shard");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, t, conv);
+  sq_bind_conv(st, 1, t, conv);
   size_t cap = 0;
   int rc;
   while ((rc = sq_step(c, st)) == 1) {
@@ -111,7 +106,7 @@ int sq_member_is_current(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, 
                              "SELECT 1 FROM members WHERE tenant=? AND conv=? AND user=?"
                              " AND left_at IS NULL");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, t, conv);
+  sq_bind_conv(st, 1, t, conv);
   sq_bind_u128(st, 3, user.v);
   int rc = sq_step(c, st);
   *out = rc == 1;
@@ -126,6 +121,12 @@ typedef struct member_ref {
   qim_user_id user;
 } member_ref;
 
+/* Binds a member's key as ?1 (tenant), ?2 (conversation), ?3 (user). */
+static void bind_member(sqlite3_stmt *st, const member_ref *m) {
+  sq_bind_conv(st, 1, m->t, m->conv);
+  sq_bind_u128(st, 3, m->user.v);
+}
+
 static int shard_count_add(sq_conn *c, const member_ref *m, int delta) {
   qim_mailbox_shard_id shard = qim_shard_of_user(&c->st->opt.shards, m->t, m->user);
   sqlite3_stmt *st =
@@ -134,7 +135,7 @@ static int shard_count_add(sq_conn *c, const member_ref *m, int delta) {
               " ON CONFLICT(tenant, conv, shard) DO UPDATE SET"
               " members = members + excluded.members");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, m->t, m->conv);
+  sq_bind_conv(st, 1, m->t, m->conv);
   sqlite3_bind_int64(st, 3, shard);
   sqlite3_bind_int(st, 4, delta);
   return sq_run(c, st);
@@ -147,8 +148,7 @@ static int version_open(sq_conn *c, const member_ref *m, uint64_t v, qim_group_r
                              "INSERT INTO member_versions(tenant, conv, user, from_version,"
                              " to_version, role, joined_at) VALUES(?, ?, ?, ?, ?, ?, ?)");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, m->t, m->conv);
-  sq_bind_u128(st, 3, m->user.v);
+  bind_member(st, m);
   sq_bind_u64(st, 4, v);
   sqlite3_bind_int64(st, 5, SQ_VERSION_OPEN);
   sqlite3_bind_int(st, 6, (int)role);
@@ -167,8 +167,7 @@ static int version_close(sq_conn *c, const member_ref *m, uint64_t v) {
   for (int i = 0; i < 2; i++) {
     sqlite3_stmt *st = sq_prep(c, sql[i]);
     if (!st) return sq_last_error(c);
-    bind_conv(st, 1, m->t, m->conv);
-    sq_bind_u128(st, 3, m->user.v);
+    bind_member(st, m);
     sq_bind_u64(st, 4, v);
     sqlite3_bind_int64(st, 5, SQ_VERSION_OPEN);
     int rc = sq_run(c, st);
@@ -189,8 +188,7 @@ static int member_join(sq_conn *c, const member_ref *m, const qim_store_member_c
               " mode_given=?6, joined_at=?7, left_at=NULL, banned=0, read_seq=?7,"
               " recv_seq=?7, updated_at=?8");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, m->t, m->conv);
-  sq_bind_u128(st, 3, m->user.v);
+  bind_member(st, m);
   sqlite3_bind_int(st, 4, (int)ch->role);
   sq_bind_u64(st, 5, ch->mode_want);
   sq_bind_u64(st, 6, ch->mode_given);
@@ -227,7 +225,7 @@ static int insert_conv(sq_conn *c, const qim_store_conv_create_req *r, uint32_t 
               " VALUES(?1, ?2, ?3, ?4, ?5, ?6, 0, 0, 0, ?7, ?8, ?8, ?8, ?9, ?10, ?11,"
               " 1, ?12, 0)");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, cv->tenant_id, cv->conversation_id);
+  sq_bind_conv(st, 1, cv->tenant_id, cv->conversation_id);
   sqlite3_bind_int(st, 3, (int)cv->kind);
   sq_bind_u128(st, 4, group ? cv->owner_id.v : zero);
   sq_bind_u128(st, 5, group ? zero : cv->direct_users[0].v);
@@ -284,9 +282,9 @@ static int conv_get_exec(sq_conn *c, qim_store_req *base) {
                                 " FROM conversations c"
                                 " WHERE c.tenant=? AND c.conv=?");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   conv_from_row(st, 0, &r->out);
   return 0;
 }
@@ -300,13 +298,11 @@ static int conv_update_exec(sq_conn *c, qim_store_req *base) {
                              "UPDATE conversations SET public_json=coalesce(?3, public_json),"
                              " deleted=(deleted OR ?4), updated_at=?5 WHERE tenant=?1 AND conv=?2");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_text(st, 3, r->public_json);
   sqlite3_bind_int(st, 4, r->mark_deleted);
   sq_bind_u64(st, 5, r->now);
-  int rc = sq_run(c, st);
-  if (rc) return rc;
-  return sq_changes(c) ? 0 : -ENOENT;
+  return sq_run_matched(c, st);
 }
 
 const sq_op sq_op_conv_update = {"conversations.update", true, NULL,
@@ -325,8 +321,7 @@ static int member_state_get(sq_conn *c, const member_ref *m, member_state *out) 
                              "SELECT role, joined_at, left_at IS NULL, banned FROM members"
                              " WHERE tenant=? AND conv=? AND user=?");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, m->t, m->conv);
-  sq_bind_u128(st, 3, m->user.v);
+  bind_member(st, m);
   int rc = sq_step(c, st);
   if (rc < 0) return rc;
   *out = (member_state){0};
@@ -351,8 +346,7 @@ static int member_leave(sq_conn *c, const member_ref *m, bool ban, change_ctx *x
                              "UPDATE members SET left_at=?4, banned=?5, updated_at=?6"
                              " WHERE tenant=?1 AND conv=?2 AND user=?3");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, m->t, m->conv);
-  sq_bind_u128(st, 3, m->user.v);
+  bind_member(st, m);
   sq_bind_u64(st, 4, x->position);
   sqlite3_bind_int(st, 5, ban);
   sq_bind_u64(st, 6, x->now);
@@ -369,8 +363,7 @@ static int member_ban_former(sq_conn *c, const member_ref *m, uint64_t now) {
                              "UPDATE members SET banned=1, updated_at=?4"
                              " WHERE tenant=?1 AND conv=?2 AND user=?3");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, m->t, m->conv);
-  sq_bind_u128(st, 3, m->user.v);
+  bind_member(st, m);
   sq_bind_u64(st, 4, now);
   return sq_run(c, st);
 }
@@ -382,8 +375,7 @@ static int member_modify(sq_conn *c, const member_ref *m, const qim_store_member
               "UPDATE members SET role=?4, mode_want=?5, mode_given=?6, updated_at=?7"
               " WHERE tenant=?1 AND conv=?2 AND user=?3");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, m->t, m->conv);
-  sq_bind_u128(st, 3, m->user.v);
+  bind_member(st, m);
   sqlite3_bind_int(st, 4, (int)ch->role);
   sq_bind_u64(st, 5, ch->mode_want);
   sq_bind_u64(st, 6, ch->mode_given);
@@ -434,7 +426,7 @@ static int members_change_exec(sq_conn *c, qim_store_req *base) {
               "SELECT latest_seq, membership_version, member_count FROM conversations"
               " WHERE tenant=? AND conv=? AND NOT deleted");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
   int rc = sq_step(c, st);
   if (rc < 0) return rc;
   if (rc == 0) return qim_err_raise(QIM_E_GROUP_NOT_FOUND);
@@ -451,7 +443,7 @@ static int members_change_exec(sq_conn *c, qim_store_req *base) {
                "UPDATE conversations SET membership_version=?3, member_count=?4, updated_at=?5"
                " WHERE tenant=?1 AND conv=?2");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_u64(st, 3, x.version);
   sqlite3_bind_int64(st, 4, x.count);
   sq_bind_u64(st, 5, r->now);
@@ -488,10 +480,10 @@ static int member_get_exec(sq_conn *c, qim_store_req *base) {
                                 " FROM members m"
                                 " WHERE m.tenant=? AND m.conv=? AND m.user=?");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_u128(st, 3, r->user_id.v);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   member_from_row(st, 0, &r->out);
   return 0;
 }
@@ -522,9 +514,9 @@ static int current_version(sq_conn *c, qim_tenant_id t, qim_conversation_id conv
                              "SELECT membership_version FROM conversations"
                              " WHERE tenant=? AND conv=?");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, t, conv);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  sq_bind_conv(st, 1, t, conv);
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   *out = sq_col_u64(st, 0);
   return 0;
 }
@@ -541,7 +533,7 @@ static int members_at_exec(sq_conn *c, qim_store_req *base) {
                              " WHERE tenant=?1 AND conv=?2 AND user > ?3 AND from_version <= ?4"
                              " AND to_version > ?4 ORDER BY user LIMIT ?5");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
   if (r->has_after)
     sq_bind_u128(st, 3, r->after_user.v);
   else
@@ -582,10 +574,10 @@ static int member_receipt_exec(sq_conn *c, qim_store_req *base) {
                              " JOIN conversations c ON c.tenant=m.tenant AND c.conv=m.conv"
                              " WHERE m.tenant=? AND m.conv=? AND m.user=? AND m.left_at IS NULL");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_u128(st, 3, r->user_id.v);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   uint64_t read = sq_col_u64(st, 0), recv = sq_col_u64(st, 1), latest = sq_col_u64(st, 2);
   /* Nobody reads what does not exist yet: values clamp to latest_seq. */
   uint64_t want_read = r->read_seq < latest ? r->read_seq : latest;
@@ -598,7 +590,7 @@ static int member_receipt_exec(sq_conn *c, qim_store_req *base) {
                "UPDATE members SET read_seq=?4, recv_seq=?5 WHERE tenant=?1 AND conv=?2"
                " AND user=?3");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_u128(st, 3, r->user_id.v);
   sq_bind_u64(st, 4, r->out_read);
   sq_bind_u64(st, 5, r->out_recv);

@@ -23,11 +23,6 @@
 #define HISTORY_ERRORS \
   QIM_E_MESSAGE_STORE_UNAVAILABLE, QIM_E_MESSAGE_STORE_UNAVAILABLE, QIM_E_MESSAGE_STORE_UNAVAILABLE
 
-static void bind_conv(sqlite3_stmt *st, int first, qim_tenant_id t, qim_conversation_id conv) {
-  sq_bind_u128(st, first, t.v);
-  sq_bind_u128(st, first + 1, conv.v);
-}
-
 void sq_content_wipe(qim_message_content *content) {
   /* The type, custom type and schema stay: clients render "message deleted" from them. */
   qim_bytes_free(&content->payload_or_ciphertext);
@@ -63,10 +58,10 @@ static int record_get_exec(sq_conn *c, qim_store_req *base) {
                              "SELECT state, body FROM records WHERE tenant=? AND conv=?"
                              " AND seq=?");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_u64(st, 3, r->seq);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   return decode_record(st, 0, 1, &r->out);
 }
 
@@ -161,7 +156,7 @@ static int query_interval(sq_conn *c, qim_store_record_query_req *r, qim_store_s
   sqlite3_stmt *st = sq_prep(c, older ? QUERY_SQL("DESC") : QUERY_SQL("ASC"));
 #undef QUERY_SQL
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_u64(st, 3, iv.low);
   sq_bind_u64(st, 4, iv.hi);
   sqlite3_bind_int(st, 5, r->skip_deleted);
@@ -259,10 +254,10 @@ static int change_record(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
                              "SELECT state, body, sender, cmid FROM records"
                              " WHERE tenant=? AND conv=? AND seq=?");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, t, conv);
+  sq_bind_conv(st, 1, t, conv);
   sq_bind_u64(st, 3, seq);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   qim_commit_key key = {t, {sq_col_u128(st, 2)}, {{0}}};
   sq_col_id16(st, 3, key.client_message_id.b);
   qim_message_record rec;
@@ -280,7 +275,7 @@ static int change_record(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
                "UPDATE records SET state=?4, updated_at=?5, body=?6,"
                " size=CASE WHEN ?7 THEN 0 ELSE size END WHERE tenant=?1 AND conv=?2 AND seq=?3");
   if (st) {
-    bind_conv(st, 1, t, conv);
+    sq_bind_conv(st, 1, t, conv);
     sq_bind_u64(st, 3, seq);
     sqlite3_bind_int(st, 4, (int)state);
     sq_bind_u64(st, 5, now);
@@ -431,9 +426,9 @@ static int dellog_bump(sq_conn *c, const qim_store_dellog_add_req *r, uint64_t *
                              "UPDATE conversations SET delid=delid+1 WHERE tenant=? AND conv=?"
                              " RETURNING delid");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   *delid = sq_col_u64(st, 0);
   return sq_run(c, st);
 }
@@ -444,11 +439,9 @@ static int dellog_clear(sq_conn *c, const qim_store_dellog_add_req *r, uint64_t 
                              " AND user=?");
   if (!st) return sq_last_error(c);
   sq_bind_u64(st, 1, delid);
-  bind_conv(st, 2, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 2, r->tenant_id, r->conversation_id);
   sq_bind_u128(st, 4, r->for_user.v);
-  int rc = sq_run(c, st);
-  if (rc) return rc;
-  return sq_changes(c) ? 0 : -ENOENT;
+  return sq_run_matched(c, st);
 }
 
 static int dellog_add_exec(sq_conn *c, qim_store_req *base) {
@@ -463,7 +456,7 @@ static int dellog_add_exec(sq_conn *c, qim_store_req *base) {
   if (!st) return sq_last_error(c);
   for (size_t i = 0; i < r->range_count; i++) {
     sqlite3_reset(st);
-    bind_conv(st, 1, r->tenant_id, r->conversation_id);
+    sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
     sq_bind_u64(st, 3, delid);
     if (r->has_for_user)
       sq_bind_u128(st, 4, r->for_user.v);
@@ -503,16 +496,16 @@ static int dellog_query_exec(sq_conn *c, qim_store_req *base) {
   qim_store_dellog_query_req *r = (void *)base;
   sqlite3_stmt *st = sq_prep(c, "SELECT delid FROM conversations WHERE tenant=? AND conv=?");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   r->out_max_delid = sq_col_u64(st, 0);
   st = sq_prep(c,
                "SELECT low, hi, delid FROM dellog WHERE tenant=?1 AND conv=?2"
                " AND (for_user IS NULL OR for_user=?3) AND delid >= ?4 AND (?5 = 0 OR delid < ?5)"
                " ORDER BY delid, low LIMIT ?6");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_u128(st, 3, r->viewer.v);
   sq_bind_u64(st, 4, r->since_delid);
   sq_bind_u64(st, 5, r->before_delid);

@@ -148,6 +148,11 @@ int sq_errno(int sqlite_rc);
 int sq_step(sq_conn *c, sqlite3_stmt *st);
 /* Steps a statement that returns no rows: 0 or -errno. */
 int sq_run(sq_conn *c, sqlite3_stmt *st);
+/* Steps a lookup that must find its row: 0 = the row is current, -ENOENT = no row, or
+ * -errno. */
+int sq_step_row(sq_conn *c, sqlite3_stmt *st);
+/* Runs an UPDATE that must match a row: 0, -ENOENT when it matched none, or -errno. */
+int sq_run_matched(sq_conn *c, sqlite3_stmt *st);
 /* Rows changed by the last statement. */
 static inline int sq_changes(sq_conn *c) {
   return sqlite3_changes(c->db);
@@ -156,6 +161,12 @@ static inline int sq_changes(sq_conn *c) {
 /* Binding and reading ids: 16-byte big-endian blobs, so they sort like the numbers. */
 void sq_bind_u128(sqlite3_stmt *st, int i, qim_u128 v);
 void sq_bind_id16(sqlite3_stmt *st, int i, const uint8_t b[16]);
+/* A conversation's key: the tenant at `first`, the conversation at first + 1. */
+static inline void sq_bind_conv(sqlite3_stmt *st, int first, qim_tenant_id t,
+                                qim_conversation_id conv) {
+  sq_bind_u128(st, first, t.v);
+  sq_bind_u128(st, first + 1, conv.v);
+}
 /* SQLite integers are signed: a u64 above 2^63-1 is bound as 2^63-1. No quantity the
  * store keeps gets there (seqs, offsets, mailbox seqs, millis), and for a bound in a query
  * (up_to_seq = UINT64_MAX, "everything") the clamped value means the same. */

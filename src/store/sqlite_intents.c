@@ -138,10 +138,9 @@ static int conv_position_get(sq_conn *c, const qim_commit_intent *p, conv_positi
                              "SELECT latest_seq, next_order, membership_version, member_count"
                              " FROM conversations WHERE tenant=? AND conv=? AND NOT deleted");
   if (!st) return sq_last_error(c);
-  sq_bind_u128(st, 1, p->key.tenant_id.v);
-  sq_bind_u128(st, 2, p->coordinates.conversation_id.v);
-  int rc = sq_step(c, st);
-  if (rc <= 0) return rc < 0 ? rc : -ENOENT;
+  sq_bind_conv(st, 1, p->key.tenant_id, p->coordinates.conversation_id);
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
   *out = (conv_position){sq_col_u64(st, 0), sq_col_u64(st, 1), sq_col_u64(st, 2),
                          (uint32_t)sq_col_u64(st, 3)};
   return 0;
@@ -155,8 +154,7 @@ static int conv_position_take(sq_conn *c, const qim_commit_intent *in, qim_conve
                              " last_activity=CASE WHEN ?5 > last_activity THEN ?5"
                              " ELSE last_activity END WHERE tenant=?1 AND conv=?2");
   if (!st) return sq_last_error(c);
-  sq_bind_u128(st, 1, in->key.tenant_id.v);
-  sq_bind_u128(st, 2, in->coordinates.conversation_id.v);
+  sq_bind_conv(st, 1, in->key.tenant_id, in->coordinates.conversation_id);
   sq_bind_u64(st, 3, seq);
   sq_bind_u64(st, 4, in->record.created_at);
   sq_bind_id16(st, 5, in->coordinates.last_activity_id.b);
@@ -270,8 +268,7 @@ static int step_recorded(sq_conn *c, const qim_commit_intent *in) {
                              " message_type, state, retention, created_at, updated_at, size, body)"
                              " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (st) {
-    sq_bind_u128(st, 1, in->key.tenant_id.v);
-    sq_bind_u128(st, 2, in->coordinates.conversation_id.v);
+    sq_bind_conv(st, 1, in->key.tenant_id, in->coordinates.conversation_id);
     sq_bind_u64(st, 3, in->coordinates.conversation_seq);
     sq_bind_id16(st, 4, in->coordinates.message_id.b);
     sq_bind_u128(st, 5, in->key.sender_id.v);
@@ -301,8 +298,7 @@ static int check_predecessors(sq_conn *c, const qim_commit_intent *in, uint64_t 
                              "SELECT 1 FROM intents WHERE tenant=?1 AND conv=?2 AND state < 3"
                              " AND state < 2 AND (seq, ord) < (?3, ?4) LIMIT 1");
   if (!st) return sq_last_error(c);
-  sq_bind_u128(st, 1, in->key.tenant_id.v);
-  sq_bind_u128(st, 2, in->coordinates.conversation_id.v);
+  sq_bind_conv(st, 1, in->key.tenant_id, in->coordinates.conversation_id);
   sq_bind_u64(st, 3, in->coordinates.conversation_seq);
   sq_bind_u64(st, 4, order);
   int rc = sq_step(c, st);
