@@ -177,7 +177,7 @@ static int hidden_ranges(sq_conn *c, const qim_store_record_query_req *r, uint64
                              "SELECT low, hi FROM dellog WHERE tenant=? AND conv=? AND for_user=?"
                              " AND low < ? AND hi > ?");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_u128(st, 3, r->viewer.v);
   sq_bind_u64(st, 4, hi);
   sq_bind_u64(st, 5, lo);
@@ -372,7 +372,7 @@ static int expire_floor(sq_conn *c, qim_store_record_expire_req *r, qim_conversa
   sqlite3_stmt *st =
       sq_prep(c, "SELECT retention_floor FROM conversations WHERE tenant=? AND conv=?");
   if (!st) return sq_last_error(c);
-  bind_conv(st, 1, r->tenant_id, conv);
+  sq_bind_conv(st, 1, r->tenant_id, conv);
   int rc = sq_step(c, st);
   if (rc <= 0) return rc; /* the conversation is gone: nothing to raise */
   qim_conversation_seq previous = sq_col_u64(st, 0);
@@ -380,7 +380,7 @@ static int expire_floor(sq_conn *c, qim_store_record_expire_req *r, qim_conversa
   st = sq_prep(c, "UPDATE conversations SET retention_floor=? WHERE tenant=? AND conv=?");
   if (!st) return sq_last_error(c);
   sq_bind_u64(st, 1, seq);
-  bind_conv(st, 2, r->tenant_id, conv);
+  sq_bind_conv(st, 2, r->tenant_id, conv);
   if ((rc = sq_run(c, st))) return rc;
   if (r->out_floor_count == *cap)
     r->out_floors =
