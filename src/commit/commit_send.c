@@ -83,6 +83,17 @@ static int refuse(qim_commit *c, qim_commit_op *op, int status, const qim_error 
   return status;
 }
 
+/* Refuses `op` after its send state was built: the trace is copied first, because the
+ * state that holds it is freed before the refusal is logged. */
+static int send_drop(qim__commit_send *x, int status) {
+  qim_commit *c = x->c;
+  qim_commit_op *op = x->op;
+  qim_trace_id trace = x->trace;
+  op->priv_ = NULL;
+  send_free(x);
+  return refuse(c, op, status, NULL, &trace);
+}
+
 /* ---- attaching to a live entry ---------------------------------------------------------- */
 
 /* c->mu held. The key is being driven here: wait for it, unless the content differs. */
@@ -434,7 +445,6 @@ static int take_ids(qim__commit_send *x) {
 /* Attaches to a live entry of the key, or starts the checks with conversations.get. */
 static int send_begin(qim__commit_send *x) {
   qim_commit *c = x->c;
-  qim_commit_op *op = x->op;
   char conv[33], cmid[33];
   qim__u128_hex(x->conv_id.v, conv);
   qim__hex16(x->cmid.b, cmid);
@@ -445,11 +455,7 @@ static int send_begin(qim__commit_send *x) {
   if (e) rc = attach(x, e);
   pthread_mutex_unlock(&c->mu);
   if (rc < 0 || e) {
-    if (rc < 0) {
-      op->priv_ = NULL;
-      send_free(x);
-      return refuse(c, op, rc, NULL, &x->trace);
-    }
+    if (rc < 0) return send_drop(x, rc);
     return 0;
   }
   qim_store_conv_get_req *g = &x->rq.conv_get;
@@ -458,12 +464,7 @@ static int send_begin(qim__commit_send *x) {
   g->tenant_id = x->actor.tenant_id;
   g->conversation_id = x->conv_id;
   rc = c->store->vt->conversations.get(c->store, g);
-  if (rc < 0) {
-    qim_trace_id trace = x->trace;
-    op->priv_ = NULL;
-    send_free(x);
-    return refuse(c, op, qim_err_raise(QIM_E_COMMIT_UNAVAILABLE), NULL, &trace);
-  }
+  if (rc < 0) return send_drop(x, qim_err_raise(QIM_E_COMMIT_UNAVAILABLE));
   return 0;
 }
 
@@ -504,11 +505,7 @@ int qim_commit_send(qim_commit *c, const qim_authenticated_send *s, qim_commit_o
   x->retention = c->cfg.retention_class;
   x->trace = s->trace_id;
   rc = take_ids(x);
-  if (rc < 0) {
-    op->priv_ = NULL;
-    send_free(x);
-    return refuse(c, op, rc, NULL, &s->trace_id);
-  }
+  if (rc < 0) return send_drop(x, rc);
   return send_begin(x);
 }
 
@@ -537,10 +534,6 @@ int qim_commit_send_control(qim_commit *c, const qim_commit_control *ctl, qim_co
   x->audience = ctl->audience;
   x->trace = ctl->trace_id;
   rc = take_ids(x);
-  if (rc < 0) {
-    op->priv_ = NULL;
-    send_free(x);
-    return refuse(c, op, rc, NULL, &ctl->trace_id);
-  }
+  if (rc < 0) return send_drop(x, rc);
   return send_begin(x);
 }
