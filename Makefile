@@ -2,13 +2,19 @@
 #   make run     install Debian packages if missing, build, start qimd on 127.0.0.1:6060 (data in ./var)
 #   make test    install, build with gcc and run every test; then the clang ASan+UBSan build, same tests
 #   make build   gcc build only (./build)         make san   clang sanitizer build only (./build-san)
+#   make bench-store   the storage benchmark (durable message commits/s, group commit vs one
+#                message at a time); BENCH_DIR must be on a real disk (default /tmp), never tmpfs
+#   make bench-commit  sends/s through the full commit on SQLite, concurrent senders, then with
+#                10% duplicate retries (bench/commit.c; BENCH_ARGS e.g. "--senders 16")
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
 # Sub-makes run by cmake --build need not announce every directory.
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean
+.PHONY: deps build san run test test-gcc test-san clean bench-store bench-commit
+BENCH_DIR ?= /tmp
+BENCH_SECONDS ?= 3
 
 deps:
 	@./scripts/deps.sh
@@ -36,6 +42,12 @@ test-san: san
 # Both builds always run, so one failure does not hide the other's results.
 test: deps
 	@status=0; $(MAKE) test-gcc || status=1; $(MAKE) test-san || status=1; exit $$status
+
+bench-store: build
+	./build/bench/qim-bench-store $(BENCH_DIR) $(BENCH_SECONDS)
+
+bench-commit: build
+	TMPDIR=$(BENCH_DIR) ./build/bench/qim-bench-commit $(BENCH_ARGS)
 
 clean:
 	rm -rf build build-san

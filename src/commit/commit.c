@@ -29,6 +29,7 @@ void qim_commit_config_default(qim_commit_config *cfg) {
   cfg->retry_base_ms = 100;
   cfg->retry_max_ms = 30000;
   cfg->verify_outbox = true;
+  cfg->outbox_pipeline = 32;
 }
 
 /* ---- small helpers ------------------------------------------------------------- */
@@ -247,6 +248,7 @@ static int config_check(const qim_commit_config *cfg) {
   if (cfg->max_message_size == 0 || cfg->workers == 0 || cfg->workers > 64) return -EINVAL;
   if (cfg->recovery_page == 0 || cfg->retry_base_ms == 0 || cfg->retry_max_ms < cfg->retry_base_ms)
     return -EINVAL;
+  if (cfg->outbox_pipeline == 0) return -EINVAL;
   if (cfg->rate_per_sec > 0 && cfg->rate_burst == 0) return -EINVAL;
   return 0;
 }

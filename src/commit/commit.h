@@ -50,6 +50,7 @@ typedef struct qim_commit_config {
   uint32_t recovery_page;        /* intents per listing (1024) */
   uint32_t retry_base_ms, retry_max_ms; /* backoff of a failing step: base·2^n capped (100, 30000) */
   bool verify_outbox;            /* read each publication back: envelope.record == intent.record (true) */
+  uint32_t outbox_pipeline;      /* OUTBOXED steps of one conversation in flight at once (32) */
 } qim_commit_config;
 
 void qim_commit_config_default(qim_commit_config *cfg);

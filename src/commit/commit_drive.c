@@ -6,12 +6,14 @@
  *            ──read back, compare envelope──▶ (verified) ──advance COMMITTED──▶ Committed
  *
  * Recording has no order constraint, so every intent records as soon as it is reserved.
- * Outboxing is serialized per conversation: only the conversation's head may take the
- * step, one at a time. The head is
- *   - while a drain runs: the first intent of the drain's listing not yet Outboxed;
- *   - otherwise: the lowest (seq, order) reserved intent not yet Outboxed, provided no
- *     reserve submitted before that intent's reserve completed is still unanswered (it
- *     could hold a lower seq: the store does not promise to answer in order).
+ * Outboxing follows the conversation's order:
+ *   - while a drain runs: one at a time, the first intent of the drain's listing not yet
+ *     Outboxed;
+ *   - otherwise: in (seq, order) order, an intent taking the step only once every lower
+ *     one is Outboxed or taking it too — up to outbox_pipeline in flight, submitted in
+ *     order, which a store applies in order (one writer queue) — and only when no
+ *     reserve submitted before its own reserve completed is unanswered (it could hold a
+ *     lower seq: the store does not promise to answer in order).
  * The store checks the same rule (OUTBOXED refuses to skip a lower intent); a refusal
  * means some intent this process did not know of is ahead — another node's, or one
  * left by a crash — and starts a drain of the conversation (commit_recover.c).
@@ -75,14 +77,28 @@ void qim__ready_remove(qim__commit_conv *cv, qim__commit_entry *e) {
   e->in_ready = false;
 }
 
-/* May `e` take the OUTBOXED step now? (the rule in the file comment) */
-static bool may_outbox(const qim__commit_conv *cv, const qim__commit_entry *e) {
-  if (cv->outboxing) return false;
+/*
+ * Normal order: the entry that may take the OUTBOXED step next is the first of the
+ * ready list not already taking it — every entry before it is then in flight, and the
+ * store applies them in the order they were submitted — provided no reserve submitted
+ * before this entry's reserve completed is unanswered (it could hold a lower seq).
+ */
+static qim__commit_entry *next_to_outbox(const qim_commit *c, const qim__commit_conv *cv) {
+  if (cv->outboxing >= c->cfg.outbox_pipeline) return NULL;
+  for (qim__commit_entry *e = cv->ready_head; e; e = e->rnext) {
+    if (e->outboxing) continue;
+    if (cv->pending_head && cv->pending_head->ticket <= e->horizon) return NULL;
+    return e;
+  }
+  return NULL;
+}
+
+/* May `e` take the OUTBOXED step now? A drain goes one intent at a time. */
+static bool may_outbox(const qim_commit *c, const qim__commit_conv *cv, const qim__commit_entry *e) {
   if (cv->draining)
-    return !cv->listing && cv->drain_pos < cv->drain_n &&
+    return cv->outboxing == 0 && !cv->listing && cv->drain_pos < cv->drain_n &&
            qim__commit_key_equal(&cv->drain_keys[cv->drain_pos], &e->key);
-  if (cv->ready_head != e) return false;
-  return !cv->pending_head || cv->pending_head->ticket > e->horizon;
+  return next_to_outbox(c, cv) == e;
 }
 
 /* ---- waiters ------------------------------------------------------------------------------ */
@@ -190,7 +206,7 @@ static void submitted(qim_commit *c, qim__commit_entry *e, int rc, const char *s
   qim__inflight_done(c);
   if (e->outboxing) {
     e->outboxing = false;
-    e->conv->outboxing = false;
+    e->conv->outboxing--;
   }
   qim__entry_fail(c, e, rc, step, 0);
 }
@@ -202,7 +218,7 @@ static void submit_advance(qim_commit *c, qim__commit_entry *e, qim_commit_state
   e->rq.adv.now = qim__wall_ms(c);
   if (to == QIM_COMMIT_STATE_OUTBOXED) {
     e->outboxing = true;
-    e->conv->outboxing = true;
+    e->conv->outboxing++;
   }
   submitted(c, e, c->store->vt->intents.advance(c->store, &e->rq.adv), state_names[to]);
 }
@@ -230,7 +246,7 @@ void qim__entry_drive(qim_commit *c, qim__commit_entry *e) {
     submit_advance(c, e, QIM_COMMIT_STATE_RECORDED);
     break;
   case QIM_COMMIT_STATE_RECORDED:
-    if (may_outbox(e->conv, e)) submit_advance(c, e, QIM_COMMIT_STATE_OUTBOXED);
+    if (may_outbox(c, e->conv, e)) submit_advance(c, e, QIM_COMMIT_STATE_OUTBOXED);
     break;
   case QIM_COMMIT_STATE_OUTBOXED:
     if (!e->has_position) /* adopted at Outboxed: repeating the step returns the position */
@@ -246,16 +262,22 @@ void qim__entry_drive(qim_commit *c, qim__commit_entry *e) {
   }
 }
 
-/* The head of the conversation may be able to move; a finished drain hands over. */
+/* The head of the conversation may be able to move (with pipelining, the entries after
+ * it too); a finished drain hands over to normal order. */
 void qim__conv_kick(qim_commit *c, qim__commit_conv *cv) {
   qim__conv_drain_step(c, cv);
   qim__commit_entry *h = NULL;
   if (cv->draining) {
     if (!cv->listing && cv->drain_pos < cv->drain_n) h = qim__entry_find(c, &cv->drain_keys[cv->drain_pos]);
+    if (h && h->state == QIM_COMMIT_STATE_RECORDED) qim__entry_drive(c, h);
   } else {
     h = cv->ready_head;
+    qim__commit_entry *n;
+    while ((n = next_to_outbox(c, cv)) && n->state == QIM_COMMIT_STATE_RECORDED && !n->busy && !n->failed) {
+      qim__entry_drive(c, n);
+      if (!n->outboxing) break; /* not taken (closing, or refused and failed) */
+    }
   }
-  if (h && h->state == QIM_COMMIT_STATE_RECORDED) qim__entry_drive(c, h);
   if (h && h->failed && h->reserved) settle_behind_failed_head(c, cv, h);
 }
 
@@ -311,7 +333,7 @@ static void advance_done(qim_store_req *r) {
   qim__inflight_done(c);
   if (e->outboxing) {
     e->outboxing = false;
-    cv->outboxing = false;
+    cv->outboxing--;
   }
   if (r->status == 0)
     advance_ok(c, e, q);

@@ -97,7 +97,7 @@ struct qim__commit_conv {
   qim__commit_entry *ready_head, *ready_tail;
   size_t entries;
   uint64_t next_ticket;
-  bool outboxing;                           /* one OUTBOXED step in flight at a time */
+  unsigned outboxing;                       /* OUTBOXED steps in flight (cfg.outbox_pipeline at most) */
   bool draining, listing, drain_again;
   qim_commit_key *drain_keys;               /* the listed order a drain follows */
   size_t drain_n, drain_pos;

@@ -221,28 +221,42 @@ void qim__pass_release(qim_commit *c, qim__commit_pass *p, int how) {
   if (--p->outstanding == 0 && p->listed) pass_finish(c, p);
 }
 
-/* One conversation's slice of the global listing: adopt and follow it as a drain. */
-static void recover_slice(qim_commit *c, qim__commit_pass *p, qim_commit_intent *in, size_t n) {
-  qim__commit_conv *cv = qim__conv_get(c, in[0].key.tenant_id, in[0].coordinates.conversation_id);
+/* How many of the slice's intents, from its start, recovery may take in order: up to
+ * the first orphan too young to be one (what follows it waits behind it anyway).
+ * *orphans counts those nobody here drives. */
+static size_t slice_prefix(qim_commit *c, const qim_commit_intent *in, size_t n, size_t *orphans) {
   uint64_t wall = qim__wall_ms(c), grace = c->cfg.recovery_grace_ms;
-  qim_commit_key *keys = qim_calloc(n, sizeof *keys);
-  size_t m = 0;
+  *orphans = 0;
   for (size_t i = 0; i < n; i++) {
+    if (qim__entry_find(c, &in[i].key)) continue;
+    if (grace > 0 && in[i].delivery.created_at + grace > wall) return i;
+    (*orphans)++;
+  }
+  return n;
+}
+
+/* One conversation's slice of the global listing: adopt its orphans and follow the
+ * listing as a drain. A slice of live intents only is left to their sends. */
+static void recover_slice(qim_commit *c, qim__commit_pass *p, qim_commit_intent *in, size_t n) {
+  size_t orphans, m = slice_prefix(c, in, n, &orphans);
+  if (orphans == 0) {
+    for (size_t i = 0; i < n; i++) qim_commit_intent_free(&in[i]);
+    return;
+  }
+  qim__commit_conv *cv = qim__conv_get(c, in[0].key.tenant_id, in[0].coordinates.conversation_id);
+  qim_commit_key *keys = qim_calloc(m, sizeof *keys);
+  for (size_t i = 0; i < m; i++) {
+    keys[i] = in[i].key;
     bool live = qim__entry_find(c, &in[i].key) != NULL;
-    if (!live && grace > 0 && in[i].delivery.created_at + grace > wall) {
-      /* Too young to be an orphan; what follows it waits behind it anyway. */
-      for (size_t j = i; j < n; j++) qim_commit_intent_free(&in[j]);
-      break;
-    }
-    keys[m++] = in[i].key;
     qim__entry_adopt(c, cv, &in[i], live ? NULL : p);
   }
-  if (m > 0 && !cv->draining) {
+  for (size_t i = m; i < n; i++) qim_commit_intent_free(&in[i]);
+  if (!cv->draining) {
     QIM__COUNT(c, drains);
     cv->draining = true;
     drain_start(c, cv, keys, m);
     keys = NULL;
-  } else if (m > 0) {
+  } else {
     /* A drain is running on an older listing: follow it with a fresh one; recording
      * needs no order and starts now. */
     cv->drain_again = true;

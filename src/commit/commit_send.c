@@ -430,6 +430,10 @@ static int take_ids(qim__commit_send *x) {
 static int send_begin(qim__commit_send *x) {
   qim_commit *c = x->c;
   qim_commit_op *op = x->op;
+  char conv[33], cmid[33];
+  qim__u128_hex(x->conv_id.v, conv);
+  qim__hex16(x->cmid.b, cmid);
+  QIM_LOGI(&x->trace, "commit.send", "conv=%s cmid=%s control=%d", conv, cmid, x->kind == QIM__SEND_CONTROL);
   pthread_mutex_lock(&c->mu);
   int rc = c->closing ? -ESHUTDOWN : 0;
   qim__commit_entry *e = rc == 0 ? qim__entry_find(c, &(qim_commit_key){x->actor.tenant_id, x->actor.user_id, x->cmid}) : NULL;
@@ -443,9 +447,6 @@ static int send_begin(qim__commit_send *x) {
     }
     return 0;
   }
-  char conv[33];
-  qim__u128_hex(x->conv_id.v, conv);
-  QIM_LOGI(&x->trace, "commit.send", "conv=%s control=%d", conv, x->kind == QIM__SEND_CONTROL);
   qim_store_conv_get_req *g = &x->rq.conv_get;
   memset(g, 0, sizeof *g);
   prep(x, conv_checked);

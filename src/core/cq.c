@@ -89,14 +89,14 @@ int qim_cq_new_loop(uv_loop_t *loop, qim_cq **out) {
 
 int qim_cq_new_blocking(qim_cq **out) { return cq_alloc(CQ_BLOCKING, out); }
 
-void qim_cq_post(qim_cq *cq, qim_cq_item *it) {
-  it->next = NULL;
+void qim_cq_post_chain(qim_cq *cq, qim_cq_item *first, qim_cq_item *last) {
+  last->next = NULL;
   pthread_mutex_lock(&cq->mu);
   if (cq->tail)
-    cq->tail->next = it;
+    cq->tail->next = first;
   else
-    cq->head = it;
-  cq->tail = it;
+    cq->head = first;
+  cq->tail = last;
   /* Wake while holding the lock: see the lifetime note at the top of the file. */
   if (cq->kind == CQ_LOOP)
     uv_async_send(&cq->async);
@@ -104,6 +104,8 @@ void qim_cq_post(qim_cq *cq, qim_cq_item *it) {
     pthread_cond_signal(&cq->cv);
   pthread_mutex_unlock(&cq->mu);
 }
+
+void qim_cq_post(qim_cq *cq, qim_cq_item *it) { qim_cq_post_chain(cq, it, it); }
 
 int qim_cq_drain(qim_cq *cq) {
   int total = 0;

@@ -284,11 +284,12 @@ static int step_recorded(sq_conn *c, const qim_commit_intent *in) {
   return rc == -EEXIST ? qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION) : rc;
 }
 
-/* Per-conversation order into the outbox: nothing before us may still be unpublished. */
+/* Per-conversation order into the outbox: nothing before us may still be unpublished.
+ * ("state < 3" repeats the partial index's condition so SQLite can use that index.) */
 static int check_predecessors(sq_conn *c, const qim_commit_intent *in, uint64_t order) {
   sqlite3_stmt *st = sq_prep(c,
-                             "SELECT 1 FROM intents WHERE tenant=?1 AND conv=?2 AND state < 2"
-                             " AND (seq < ?3 OR (seq = ?3 AND ord < ?4)) LIMIT 1");
+                             "SELECT 1 FROM intents WHERE tenant=?1 AND conv=?2 AND state < 3"
+                             " AND state < 2 AND (seq, ord) < (?3, ?4) LIMIT 1");
   if (!st) return sq_last_error(c);
   sq_bind_u128(st, 1, in->key.tenant_id.v);
   sq_bind_u128(st, 2, in->coordinates.conversation_id.v);

@@ -649,6 +649,7 @@ static void test_send_completes_on_the_callers_loop(void **state) {
 }
 
 int main(void) {
+  qim_log_set_level(QIM_LOG_WARN);
   users();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fresh_send_passes_every_state_then_acks),
