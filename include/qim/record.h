@@ -19,7 +19,7 @@
  * Layout, version 1 (every integer unsigned big-endian; u128 = hi then lo, 16 bytes;
  * id16 = the 16 bytes as stored; bool = one byte 0 or 1; enum = one byte, the C value;
  * bytes = u32 length + bytes; string = bytes without NUL; list = u32 count + items):
- *   header      u8 version (1), u8 tag: 'R' record, 'I' intent, 'E' envelope,
+ *   header      u8 version (1; 2 for a dispatch), u8 tag: 'R' record, 'I' intent, 'E' envelope,
  *               'D' dispatch, 'M' mailbox entry
  *   content     enum type, bool has_custom [string custom_type], u32 schema_version,
  *               bytes payload, bool has_media [bytes media_metadata]
@@ -33,9 +33,12 @@
  *   intent      u128 key.tenant, u128 key.sender, id16 key.cmid, coordinates, enum state,
  *               audience, bool inline_body, u64 delivery.created_at, record, id16 trace
  *   envelope    intent, record
- *   dispatch    id16 dispatch_id, coordinates source, u32 target_shard,
+ *   dispatch    (version 2) id16 dispatch_id, coordinates source, u128 tenant,
+ *               u128 sender, id16 client_message_id, u32 target_shard,
  *               u64 membership_version, list of chunks (u32 chunk_id, list of u128
- *               recipients), content, bool inline_body, u64 created_at, id16 trace
+ *               recipients), content, bool inline_body, u64 created_at, id16 trace.
+ *               Version 1 (no tenant, sender, client_message_id) still decodes, with
+ *               those three fields zero; encode always writes version 2.
  *   entry       u128 tenant, u128 user, u64 mailbox_seq, u8 event_ordinal, u64 event_id,
  *               enum event_type, coordinates, u128 sender, bool has_cmid [id16 cmid],
  *               bool has_content [content], bool body_included, u64 created_at

@@ -239,9 +239,16 @@ typedef struct qim_committed_envelope {
   qim_message_record record;
 } qim_committed_envelope;
 
+/* tenant_id, sender_id and client_message_id are a qim extension (dispatch encoding
+ * version 2): copied from the envelope's record by the fanout, they let the materializer
+ * place each recipient on its lane (the hash needs the tenant) and fill MailboxEntry's
+ * tenant, sender and ClientMessageId without reading anything but the dispatch log. */
 typedef struct qim_group_dispatch {
   qim_dispatch_id dispatch_id;
   qim_message_coordinates source_message;
+  qim_tenant_id tenant_id;
+  qim_user_id sender_id;
+  qim_client_message_id client_message_id;
   qim_mailbox_shard_id target_shard;
   qim_membership_version membership_version;
   qim_recipient_chunk *recipient_chunks;

@@ -194,7 +194,9 @@ void qim_group_dispatch_copy(qim_group_dispatch *dst, const qim_group_dispatch *
 
 int qim_group_dispatch_equal(const qim_group_dispatch *a, const qim_group_dispatch *b) {
   if (!id16_eq(a->dispatch_id.b, b->dispatch_id.b) ||
-      !qim_message_coordinates_equal(&a->source_message, &b->source_message) || a->target_shard != b->target_shard ||
+      !qim_message_coordinates_equal(&a->source_message, &b->source_message) ||
+      !qim_u128_eq(a->tenant_id.v, b->tenant_id.v) || !qim_u128_eq(a->sender_id.v, b->sender_id.v) ||
+      !id16_eq(a->client_message_id.b, b->client_message_id.b) || a->target_shard != b->target_shard ||
       a->membership_version != b->membership_version || a->chunk_count != b->chunk_count ||
       !qim_message_content_equal(&a->content, &b->content) || a->inline_body != b->inline_body ||
       a->created_at != b->created_at || !id16_eq(a->trace_id.b, b->trace_id.b))

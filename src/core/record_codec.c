@@ -14,6 +14,7 @@
 #include "qim/shard.h"
 
 #define CODEC_VERSION 1
+#define DISPATCH_VERSION 2
 enum { TAG_RECORD = 'R', TAG_INTENT = 'I', TAG_ENVELOPE = 'E', TAG_DISPATCH = 'D', TAG_ENTRY = 'M' };
 
 /* Minimum encoded sizes, used to bound element counts before allocating. */
@@ -28,6 +29,14 @@ static void w_header(qim__wbuf *w, uint8_t tag) {
 static void r_header(qim__rbuf *r, uint8_t tag) {
   uint8_t version = qim__r_u8(r), got = qim__r_u8(r);
   if (!r->err && (version != CODEC_VERSION || got != tag)) r->err = -EINVAL;
+}
+
+/* The dispatch alone is at version 2 (it gained the sender's tenant, user and cmid);
+ * version 1 records still decode, with those fields zero. Returns the version read. */
+static uint8_t r_dispatch_header(qim__rbuf *r) {
+  uint8_t version = qim__r_u8(r), got = qim__r_u8(r);
+  if (!r->err && ((version != 1 && version != DISPATCH_VERSION) || got != TAG_DISPATCH)) r->err = -EINVAL;
+  return version;
 }
 
 static void w_id16(qim__wbuf *w, const uint8_t b[16]) { qim__w_raw(w, b, 16); }
@@ -194,6 +203,9 @@ static void dec_intent(qim__rbuf *r, qim_commit_intent *in) {
 static void enc_dispatch(qim__wbuf *w, const qim_group_dispatch *d) {
   w_id16(w, d->dispatch_id.b);
   enc_coords(w, &d->source_message);
+  qim__w_u128(w, d->tenant_id.v);
+  qim__w_u128(w, d->sender_id.v);
+  w_id16(w, d->client_message_id.b);
   qim__w_u32(w, d->target_shard);
   qim__w_u64(w, d->membership_version);
   qim__w_count(w, d->chunk_count);
@@ -207,9 +219,14 @@ static void enc_dispatch(qim__wbuf *w, const qim_group_dispatch *d) {
   w_id16(w, d->trace_id.b);
 }
 
-static void dec_dispatch(qim__rbuf *r, qim_group_dispatch *d) {
+static void dec_dispatch(qim__rbuf *r, qim_group_dispatch *d, uint8_t version) {
   r_id16(r, d->dispatch_id.b);
   dec_coords(r, &d->source_message);
+  if (version >= 2) {
+    d->tenant_id.v = qim__r_u128(r);
+    d->sender_id.v = qim__r_u128(r);
+    r_id16(r, d->client_message_id.b);
+  }
   d->target_shard = qim__r_u32(r);
   d->membership_version = qim__r_u64(r);
   size_t n = qim__r_count(r, CHUNK_MIN_SIZE);
@@ -321,7 +338,8 @@ int qim_committed_envelope_decode(const uint8_t *p, size_t n, qim_committed_enve
 
 int qim_group_dispatch_encode(const qim_group_dispatch *d, qim_bytes *out) {
   qim__wbuf w = {0};
-  w_header(&w, TAG_DISPATCH);
+  qim__w_u8(&w, DISPATCH_VERSION);
+  qim__w_u8(&w, TAG_DISPATCH);
   enc_dispatch(&w, d);
   return qim__w_finish(&w, out);
 }
@@ -329,8 +347,8 @@ int qim_group_dispatch_encode(const qim_group_dispatch *d, qim_bytes *out) {
 int qim_group_dispatch_decode(const uint8_t *p, size_t n, qim_group_dispatch *dst) {
   qim__rbuf r = qim__r_init(p, n);
   *dst = (qim_group_dispatch){0};
-  r_header(&r, TAG_DISPATCH);
-  dec_dispatch(&r, dst);
+  uint8_t version = r_dispatch_header(&r);
+  dec_dispatch(&r, dst, version);
   int rc = qim__r_finish(&r);
   if (rc) qim_group_dispatch_free(dst);
   return rc;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qim/ids.h"
 #include "qim/mem.h"
 #include "qim/record.h"
 #include "qim/shard.h"
@@ -94,6 +95,9 @@ static qim_group_dispatch sample_dispatch(void) {
   d.source_message = sample_coords();
   d.target_shard = 17;
   d.dispatch_id = qim_dispatch_id_make(&d.source_message.message_id, d.target_shard);
+  d.tenant_id.v = (qim_u128){0, 1};
+  d.sender_id.v = (qim_u128){5, 6};
+  fill_id(d.client_message_id.b, 0x30);
   d.membership_version = 9;
   d.chunk_count = 3;
   d.recipient_chunks = qim_calloc(3, sizeof *d.recipient_chunks);
@@ -299,6 +303,45 @@ static void test_record_layout_is_pinned(void **state) {
   qim_message_record_free(&r);
 }
 
+/* A dispatch is written at version 2 with the sender after the coordinates; a version-1
+ * encoding (the same bytes without those 48) still decodes, with the sender fields zero. */
+static void test_dispatch_version_2_layout_and_version_1_decoding(void **state) {
+  (void)state;
+  qim_group_dispatch d = sample_dispatch(), back;
+  qim_bytes enc;
+  assert_int_equal(qim_group_dispatch_encode(&d, &enc), 0);
+  uint8_t want[2 + 16 + 56 + 48], *p = want;
+  p = put(p, 2, 1), p = put(p, 'D', 1);
+  memcpy(p, d.dispatch_id.b, 16), p += 16;
+  memcpy(p, d.source_message.message_id.b, 16), p += 16;
+  p = put(p, 0x1111, 8), p = put(p, 0x2222, 8), p = put(p, 42, 8);
+  memcpy(p, d.source_message.last_activity_id.b, 16), p += 16;
+  p = put(p, 0, 8), p = put(p, 1, 8), p = put(p, 5, 8), p = put(p, 6, 8);
+  memcpy(p, d.client_message_id.b, 16), p += 16;
+  assert_true(enc.n > sizeof want);
+  assert_memory_equal(enc.p, want, sizeof want);
+
+  /* Version 1: drop the 48 sender bytes and change the version byte. */
+  size_t sender_at = 2 + 16 + 56, v1n = enc.n - 48;
+  uint8_t *v1 = malloc(v1n);
+  memcpy(v1, enc.p, sender_at);
+  memcpy(v1 + sender_at, enc.p + sender_at + 48, enc.n - sender_at - 48);
+  v1[0] = 1;
+  assert_int_equal(qim_group_dispatch_decode(v1, v1n, &back), 0);
+  assert_true(qim_u128_is_zero(back.tenant_id.v) && qim_u128_is_zero(back.sender_id.v));
+  qim_client_message_id zero = {{0}};
+  assert_memory_equal(back.client_message_id.b, zero.b, 16);
+  back.tenant_id = d.tenant_id, back.sender_id = d.sender_id, back.client_message_id = d.client_message_id;
+  assert_true(qim_group_dispatch_equal(&d, &back));
+  qim_group_dispatch_free(&back);
+  /* Version 3 is unknown. */
+  v1[0] = 3;
+  assert_int_equal(qim_group_dispatch_decode(v1, v1n, &back), -EINVAL);
+  free(v1);
+  qim_bytes_free(&enc);
+  qim_group_dispatch_free(&d);
+}
+
 /* Offset of the content inside an encoded record: header, coordinates, actor, cmid. */
 #define RECORD_CONTENT_AT (2 + 56 + 48 + 16)
 
@@ -394,6 +437,15 @@ static void test_copies_are_deep_and_equal(void **state) {
   d2.recipient_chunks[2].recipient_ids[0].v.hi++;
   assert_false(qim_group_dispatch_equal(&d, &d2));
   qim_group_dispatch_free(&d2);
+  /* The sender fields of version 2 take part in equality. */
+  for (int field = 0; field < 3; field++) {
+    qim_group_dispatch_copy(&d2, &d);
+    if (field == 0) d2.tenant_id.v.lo++;
+    if (field == 1) d2.sender_id.v.hi++;
+    if (field == 2) d2.client_message_id.b[15] ^= 1;
+    assert_false(qim_group_dispatch_equal(&d, &d2));
+    qim_group_dispatch_free(&d2);
+  }
 
   qim_mailbox_entry e = sample_entry(1), e2;
   qim_mailbox_entry_copy(&e2, &e);
@@ -515,6 +567,7 @@ int main(void) {
       cmocka_unit_test(test_intent_codec_group_audience),
       cmocka_unit_test(test_envelope_codec),
       cmocka_unit_test(test_dispatch_codec_with_several_chunks),
+      cmocka_unit_test(test_dispatch_version_2_layout_and_version_1_decoding),
       cmocka_unit_test(test_mailbox_entry_codec),
       cmocka_unit_test(test_record_layout_is_pinned),
       cmocka_unit_test(test_decode_rejects_malformed_fields),

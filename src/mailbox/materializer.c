@@ -1,0 +1,450 @@
+/*
+ * materializer.c — one step of a (shard, lane) task: read the shard's dispatch log from the
+ * lane's position, write this lane's event groups, advance the lane watermark, then push.
+ *
+ * A step:
+ *   1. reads up to read_batch records from next_offset (the record after the watermark);
+ *   2. plans them: each dispatch is decoded and checked (DispatchCorrupt otherwise), its
+ *      MailboxSeq taken from the record — qim_mailbox_seq_make(record.epoch, record.offset),
+ *      the epoch the store STAMPED at append, never ours — and its recipients filtered to
+ *      this lane, chunk by chunk; fences only move the position; planning stops after
+ *      step_entries entries;
+ *   3. for records that may carry earlier progress (after a takeover, a crash or a failed
+ *      step) reads their DispatchProgress, so chunks already written are not written again
+ *      and the progress written next includes what is stored;
+ *   4. writes one AppendMailboxBatch per (dispatch, lane, non-empty chunk) in WAVES: the
+ *      k-th chunk of every dispatch of the step, all in flight at once (the store group-
+ *      commits them), then the (k+1)-th once those are durable. So a dispatch's progress
+ *      never claims a chunk that is not written, and a batch's completed_chunks (every
+ *      chunk up to it, plus what was stored) always contains what the store holds;
+ *   5. advances the watermark over the longest prefix of records that are complete and
+ *      durable — fenced by our epoch — and only then emits that prefix's pushes.
+ * A failure advances nothing past the failing record. Transient failures back off and replay
+ * (idempotent: the store answers a repeated batch with its original receipt, and a receipt
+ * whose seq differs from ours is ProgressConflict); ShardNotOwned fences the lane;
+ * DispatchCorrupt and ProgressConflict halt it on that record until the shard is acquired
+ * again (a record that cannot be materialized is looked at, never skipped).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "mailbox/mailbox_int.h"
+#include "qim/err.h"
+#include "qim/ids.h"
+#include "qim/log.h"
+#include "qim/mem.h"
+#include "qim/record.h"
+
+#define RETRY_MAX_MS 5000
+
+typedef struct mb_batch {
+  qim_store_mailbox_append_req req;
+  qim_append_mailbox_batch batch;
+} mb_batch;
+
+/* This lane's recipients of one chunk of a dispatch. */
+typedef struct mb_chunk {
+  size_t index;            /* into d.recipient_chunks */
+  qim_user_id *users;
+  size_t n;
+} mb_chunk;
+
+typedef struct mb_rec {
+  const qim_store_log_record *log;
+  qim_mailbox_seq seq;
+  bool dispatch;           /* false: a fence */
+  qim_group_dispatch d;    /* content moved into body */
+  mb_body *body;
+  qim_user_id *mentions;
+  size_t mention_count;
+  mb_chunk *chunks;
+  size_t nchunks;
+  qim_store_progress_get_req prog;
+  bool has_prog;
+  mb_batch *batches;
+  size_t nbatches;
+  int status;              /* 0, or why this record is not complete */
+} mb_rec;
+
+typedef struct mb_step {
+  mb_lane *l;
+  mb_shard *sh;
+  mb_worker *w;
+  qim_mailbox *m;
+  qim_store_log_read_req read;
+  mb_rec *recs;
+  size_t n;
+  int halt_rc;             /* DispatchCorrupt for the record right after the plan */
+} mb_step;
+
+/* ---- planning ---------------------------------------------------------------------------------- */
+
+static int corrupt(const mb_step *s, const qim_store_log_record *r, const char *why) {
+  QIM_LOGE(NULL, "mailbox.dispatch_corrupt", "shard=%u lane=%u offset=%llu reason=%s", s->sh->id, s->l->id,
+           (unsigned long long)r->offset, why);
+  return qim_err_raise(QIM_E_MATERIALIZE_DISPATCH_CORRUPT);
+}
+
+/* Decodes and checks a dispatch record: 0 or DispatchCorrupt. */
+static int decode(const mb_step *s, const qim_store_log_record *r, qim_group_dispatch *d) {
+  if (r->offset > QIM_MAILBOX_OFFSET_MAX) return corrupt(s, r, "offset_over_40_bits");
+  if (qim_group_dispatch_decode(r->payload.p, r->payload.n, d)) return corrupt(s, r, "undecodable");
+  const char *why = NULL;
+  qim_dispatch_id want = qim_dispatch_id_make(&d->source_message.message_id, s->sh->id);
+  if (d->target_shard != s->sh->id)
+    why = "other_shard";
+  else if (memcmp(want.b, d->dispatch_id.b, sizeof want.b) != 0)
+    why = "dispatch_id_mismatch";
+  else if (qim_u128_is_zero(d->sender_id.v))
+    why = "no_sender"; /* a version-1 record: it cannot say whose mailbox entries to write */
+  if (!why) return 0;
+  qim_group_dispatch_free(d);
+  return corrupt(s, r, why);
+}
+
+/* Keeps this lane's recipients, chunk by chunk; returns how many. */
+static size_t filter_lane(mb_step *s, mb_rec *rec) {
+  const qim_shard_config *cfg = &s->m->opt.shards;
+  size_t total = 0;
+  rec->chunks = rec->d.chunk_count ? qim_calloc(rec->d.chunk_count, sizeof *rec->chunks) : NULL;
+  for (size_t i = 0; i < rec->d.chunk_count; i++) {
+    const qim_recipient_chunk *c = &rec->d.recipient_chunks[i];
+    mb_chunk *mc = &rec->chunks[rec->nchunks];
+    mc->index = i;
+    mc->users = c->recipient_count ? qim_malloc(c->recipient_count * sizeof *mc->users) : NULL;
+    for (size_t k = 0; k < c->recipient_count; k++)
+      if (qim_lane_of_user(cfg, rec->d.tenant_id, c->recipient_ids[k]) == s->l->id)
+        mc->users[mc->n++] = c->recipient_ids[k];
+    if (mc->n == 0) {
+      qim_free(mc->users);
+      *mc = (mb_chunk){0};
+      continue;
+    }
+    total += mc->n;
+    rec->nchunks++;
+  }
+  return total;
+}
+
+/* Plans the records read; stops at a corrupt record (halt_rc) or after step_entries. */
+static void plan(mb_step *s) {
+  s->recs = qim_calloc(s->read.out_count, sizeof *s->recs);
+  size_t entries = 0;
+  for (size_t i = 0; i < s->read.out_count && (i == 0 || entries < s->m->opt.step_entries); i++) {
+    const qim_store_log_record *r = &s->read.out_records[i];
+    mb_rec *rec = &s->recs[s->n];
+    rec->log = r;
+    rec->seq = qim_mailbox_seq_make(r->epoch, r->offset);
+    if (!r->fence) {
+      int rc = decode(s, r, &rec->d);
+      if (rc) {
+        s->halt_rc = rc;
+        break;
+      }
+      rec->dispatch = true;
+      rec->body = qim__mb_body_new(&rec->d.content);
+      qim_mailbox_mentions(&rec->body->content, &rec->mentions, &rec->mention_count);
+      entries += filter_lane(s, rec);
+    }
+    s->n++;
+  }
+}
+
+/* ---- earlier progress ----------------------------------------------------------------------------- */
+
+/* Reads the stored progress of records in the replay window. */
+static void read_progress(mb_step *s) {
+  size_t asked = 0;
+  for (size_t i = 0; i < s->n; i++) {
+    mb_rec *rec = &s->recs[i];
+    if (!rec->nchunks || rec->log->offset >= s->l->replay_until) continue;
+    rec->prog.dispatch_id = rec->d.dispatch_id;
+    rec->prog.lane = s->l->id;
+    QIM__MB_SUBMIT(s->w, mailboxes.progress_get, &rec->prog);
+    rec->has_prog = true;
+    asked++;
+  }
+  if (!asked) return;
+  qim__mb_wait(s->w);
+  for (size_t i = 0; i < s->n; i++) {
+    mb_rec *rec = &s->recs[i];
+    if (rec->has_prog && rec->prog.req.status) rec->status = rec->prog.req.status;
+  }
+}
+
+static bool stored_has(const mb_rec *rec, uint32_t chunk_id) {
+  if (!rec->has_prog || !rec->prog.out_found) return false;
+  for (size_t i = 0; i < rec->prog.out.completed_chunk_count; i++)
+    if (rec->prog.out.completed_chunks[i] == chunk_id) return true;
+  return false;
+}
+
+/* ---- batches ---------------------------------------------------------------------------------------- */
+
+/* completed_chunks of the batch of d.recipient_chunks[upto]: every chunk id up to it (all of
+ * them for the dispatch's last batch), plus what the store already holds. */
+static void batch_progress(const mb_step *s, const mb_rec *rec, size_t upto, bool last, qim_dispatch_progress *p) {
+  size_t n = last ? rec->d.chunk_count : upto + 1;
+  size_t stored = rec->has_prog && rec->prog.out_found ? rec->prog.out.completed_chunk_count : 0;
+  *p = (qim_dispatch_progress){.dispatch_id = rec->d.dispatch_id, .shard = s->sh->id, .lane = s->l->id};
+  p->completed_chunks = qim_malloc((n + stored) * sizeof *p->completed_chunks);
+  for (size_t i = 0; i < n; i++) p->completed_chunks[p->completed_chunk_count++] = rec->d.recipient_chunks[i].chunk_id;
+  for (size_t i = 0; i < stored; i++)
+    p->completed_chunks[p->completed_chunk_count++] = rec->prog.out.completed_chunks[i];
+  if (last) {
+    p->has_completed_at = true;
+    p->completed_at = qim_clock_wall_ms(s->m->clock);
+  }
+}
+
+static void fill_batch(const mb_step *s, mb_rec *rec, const mb_chunk *c, bool last, mb_batch *b) {
+  qim_append_mailbox_batch *ab = &b->batch;
+  *ab = (qim_append_mailbox_batch){.shard = s->sh->id, .lane = s->l->id, .dispatch_id = rec->d.dispatch_id,
+                                   .chunk_id = rec->d.recipient_chunks[c->index].chunk_id,
+                                   .mailbox_seq = rec->seq};
+  ab->entries = qim_malloc(2 * c->n * sizeof *ab->entries);
+  for (size_t k = 0; k < c->n; k++)
+    ab->entry_count += qim__mb_event_group(&rec->d, rec->body, rec->seq, c->users[k], rec->mentions,
+                                           rec->mention_count, ab->entries + ab->entry_count);
+  batch_progress(s, rec, c->index, last, &ab->progress);
+  b->req = (qim_store_mailbox_append_req){.batch = ab, .owner_epoch = s->sh->epoch};
+}
+
+/* One batch per chunk of this lane not already stored, in chunk order. */
+static void build_batches(mb_step *s) {
+  for (size_t i = 0; i < s->n; i++) {
+    mb_rec *rec = &s->recs[i];
+    if (rec->status || !rec->nchunks) continue;
+    rec->batches = qim_calloc(rec->nchunks, sizeof *rec->batches);
+    size_t todo = 0;
+    for (size_t c = 0; c < rec->nchunks; c++)
+      if (!stored_has(rec, rec->d.recipient_chunks[rec->chunks[c].index].chunk_id)) todo++;
+    for (size_t c = 0; c < rec->nchunks; c++) {
+      if (stored_has(rec, rec->d.recipient_chunks[rec->chunks[c].index].chunk_id)) continue;
+      fill_batch(s, rec, &rec->chunks[c], rec->nbatches + 1 == todo, &rec->batches[rec->nbatches]);
+      rec->nbatches++;
+    }
+  }
+}
+
+/* ---- waves ------------------------------------------------------------------------------------------- */
+
+/* The outcome of one batch: its status, or ProgressConflict when the receipt names another seq
+ * (the dispatch was materialized at another log position before). */
+static int batch_outcome(const mb_step *s, const mb_rec *rec, const mb_batch *b) {
+  if (b->req.req.status) return b->req.req.status;
+  if (b->req.out.mailbox_seq == rec->seq) return 0;
+  QIM_LOGE(&rec->d.trace_id, "mailbox.progress_conflict", "shard=%u lane=%u offset=%llu seq=%llu stored_seq=%llu",
+           s->sh->id, s->l->id, (unsigned long long)rec->log->offset, (unsigned long long)rec->seq,
+           (unsigned long long)b->req.out.mailbox_seq);
+  return qim_err_raise(QIM_E_MATERIALIZE_PROGRESS_CONFLICT);
+}
+
+static void run_waves(mb_step *s) {
+  for (size_t wave = 0;; wave++) {
+    bool any = false;
+    for (size_t i = 0; i < s->n; i++) {
+      mb_rec *rec = &s->recs[i];
+      if (rec->status || wave >= rec->nbatches) continue;
+      QIM__MB_SUBMIT(s->w, mailboxes.append, &rec->batches[wave].req);
+      any = true;
+    }
+    if (!any) return;
+    qim__mb_wait(s->w);
+    for (size_t i = 0; i < s->n; i++) {
+      mb_rec *rec = &s->recs[i];
+      if (!rec->status && wave < rec->nbatches) rec->status = batch_outcome(s, rec, &rec->batches[wave]);
+    }
+  }
+}
+
+/* ---- finishing a step ---------------------------------------------------------------------------------- */
+
+static void publish(mb_lane *l, size_t dispatches, size_t batches, size_t entries, size_t pushes) {
+  pthread_mutex_lock(&l->mu);
+  l->wm_pub = l->wm;
+  l->dispatches += dispatches, l->batches += batches, l->entries += entries, l->pushes += pushes;
+  pthread_mutex_unlock(&l->mu);
+  atomic_store(&l->next_offset_pub, l->next_offset);
+}
+
+/* The pushes of records [0, done), in order. */
+static mb_held *build_pushes(mb_step *s, size_t done, size_t *count) {
+  mb_held *head = NULL, **tail = &head;
+  for (size_t i = 0; i < done; i++) {
+    mb_rec *rec = &s->recs[i];
+    if (!rec->nbatches || !qim__mb_push_has_routes(s->m->push)) continue;
+    mb_push_builder b;
+    qim__mb_push_begin(&b, s->m->push, rec->body, &rec->d.trace_id);
+    for (size_t k = 0; k < rec->nbatches; k++)
+      qim__mb_push_add(&b, rec->batches[k].batch.entries, rec->batches[k].batch.entry_count);
+    *count += qim__mb_push_finish(&b, &tail);
+  }
+  return head;
+}
+
+/* Moves the watermark over records [0, done): 0 or the store's error. */
+static int advance(mb_step *s, size_t done) {
+  mb_lane *l = s->l;
+  qim_store_watermark_advance_req r = {
+      .advance = {s->sh->id, l->id, s->recs[done - 1].seq, l->wm.floor}, .owner_epoch = s->sh->epoch};
+  int rc;
+  QIM__MB_CALL(rc, s->w, mailboxes.watermark_advance, &r);
+  if (rc) return rc;
+  if (r.advance.materialized > l->wm.materialized) l->wm.materialized = r.advance.materialized;
+  l->next_offset = s->recs[done - 1].log->offset + 1;
+  if (!atomic_load(&l->ready) && l->next_offset > s->sh->fence_offset) {
+    atomic_store(&l->ready, true);
+    QIM_LOGI(NULL, "mailbox.lane_ready", "shard=%u lane=%u epoch=%u next_offset=%llu", s->sh->id, l->id,
+             s->sh->epoch, (unsigned long long)l->next_offset);
+  }
+  return 0;
+}
+
+/* Counts, pushes and publishes the completed prefix. Returns -1 when pushes are held. */
+static int complete(mb_step *s, size_t done) {
+  size_t dispatches = 0, batches = 0, entries = 0, pushes = 0;
+  for (size_t i = 0; i < done; i++) {
+    dispatches += s->recs[i].dispatch;
+    batches += s->recs[i].nbatches;
+    for (size_t k = 0; k < s->recs[i].nbatches; k++) entries += s->recs[i].batches[k].batch.entry_count;
+  }
+  mb_held *held = build_pushes(s, done, &pushes);
+  int delay = 0;
+  if (held && atomic_load(&s->m->paused_push)) {
+    s->l->held = held; /* emitted when the push stage resumes */
+    delay = -1;
+  } else if (held) {
+    qim__mb_push_emit(s->m->push, held);
+  }
+  publish(s->l, dispatches, batches, entries, pushes);
+  return delay;
+}
+
+/* ---- outcomes --------------------------------------------------------------------------------------------- */
+
+static int halt(mb_lane *l, int state, int rc) {
+  atomic_store(&l->state, state);
+  qim__mb_lane_set_error(l, rc);
+  QIM_LOGE(NULL, "mailbox.lane_stopped", "shard=%u lane=%u next_offset=%llu state=%d error=%s", l->sh->id, l->id,
+           (unsigned long long)l->next_offset, state, qim_err_name(rc));
+  qim__mb_drain_signal(l->sh->m);
+  return -1;
+}
+
+/* A transient failure: back off, and replay the step's records with their stored progress. */
+static int retry(mb_step *s, int rc) {
+  mb_lane *l = s->l;
+  uint64_t end = s->read.out_count ? s->read.out_records[s->read.out_count - 1].offset + 1 : l->next_offset;
+  if (end > l->replay_until) l->replay_until = end;
+  l->backoff_ms = l->backoff_ms ? (l->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : l->backoff_ms * 2)
+                                : s->m->opt.retry_ms;
+  QIM_LOGW(NULL, "mailbox.step_retry", "shard=%u lane=%u next_offset=%llu error=%s backoff_ms=%u", s->sh->id, l->id,
+           (unsigned long long)l->next_offset, qim_err_name(rc), l->backoff_ms);
+  qim__mb_lane_set_error(l, qim_err_raise(QIM_E_MATERIALIZE_UNAVAILABLE));
+  pthread_mutex_lock(&l->mu);
+  l->retries++;
+  pthread_mutex_unlock(&l->mu);
+  return (int)l->backoff_ms;
+}
+
+static int outcome(mb_step *s, int rc) {
+  if (rc == 0) {
+    s->l->backoff_ms = 0;
+    return 0;
+  }
+  if (rc == QIM_E_MATERIALIZE_SHARD_NOT_OWNED) {
+    atomic_store(&s->sh->fenced, true);
+    return halt(s->l, QIM_MAILBOX_LANE_FENCED, rc);
+  }
+  if (rc == QIM_E_MATERIALIZE_DISPATCH_CORRUPT || rc == QIM_E_MATERIALIZE_PROGRESS_CONFLICT)
+    return halt(s->l, QIM_MAILBOX_LANE_HALTED, rc);
+  return retry(s, rc);
+}
+
+static void step_free(mb_step *s) {
+  for (size_t i = 0; i < s->n; i++) {
+    mb_rec *rec = &s->recs[i];
+    for (size_t k = 0; k < rec->nbatches; k++) {
+      qim_free(rec->batches[k].batch.entries);
+      qim_free(rec->batches[k].batch.progress.completed_chunks);
+    }
+    qim_free(rec->batches);
+    for (size_t c = 0; c < rec->nchunks; c++) qim_free(rec->chunks[c].users);
+    qim_free(rec->chunks);
+    qim_free(rec->mentions);
+    if (rec->has_prog) qim_free(rec->prog.out.completed_chunks);
+    qim_group_dispatch_free(&rec->d);
+    qim__mb_body_unref(rec->body);
+  }
+  qim_free(s->recs);
+  for (size_t i = 0; i < s->read.out_count; i++) qim_store_log_record_free(&s->read.out_records[i]);
+  qim_free(s->read.out_records);
+}
+
+/* ---- the step ---------------------------------------------------------------------------------------------- */
+
+/* Reads, plans and writes; returns the step's delay. */
+static int materialize(mb_step *s, uint64_t gen) {
+  mb_lane *l = s->l;
+  s->read.stream = (qim_log_stream){QIM_LOG_STREAM_MAILBOX_DISPATCH, s->sh->id};
+  s->read.from = l->next_offset;
+  s->read.max = s->m->opt.read_batch;
+  int rc;
+  QIM__MB_CALL(rc, s->w, logs.read, &s->read);
+  if (rc == QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE) /* trimmed past us: the replay cannot complete */
+    return halt(l, QIM_MAILBOX_LANE_FAILED, qim_err_raise(QIM_E_MATERIALIZE_READINESS_FAILED));
+  if (rc) return retry(s, rc);
+  if (s->read.out_count == 0) {
+    atomic_store(&l->idle_gen, gen);
+    qim__mb_drain_signal(s->m);
+    return (int)s->m->opt.idle_poll_ms;
+  }
+  plan(s);
+  read_progress(s);
+  build_batches(s);
+  run_waves(s);
+  size_t done = 0;
+  while (done < s->n && s->recs[done].status == 0) done++;
+  rc = done < s->n ? s->recs[done].status : s->halt_rc;
+  int delay = 0;
+  if (done > 0) {
+    int arc = advance(s, done);
+    if (arc) return outcome(s, arc);
+    delay = complete(s, done);
+  }
+  if (rc) return outcome(s, rc);
+  outcome(s, 0);
+  return delay;
+}
+
+static bool runnable(const mb_lane *l) {
+  const mb_shard *sh = l->sh;
+  return atomic_load(&l->state) == QIM_MAILBOX_LANE_RUNNING && atomic_load(&sh->owned) && !atomic_load(&sh->fenced) &&
+         !atomic_load(&l->paused) && !atomic_load(&sh->m->paused_materialize);
+}
+
+int qim__mb_lane_step(mb_task *t, mb_worker *w) {
+  mb_lane *l = (mb_lane *)t;
+  qim_mailbox *m = w->m;
+  if (l->held) { /* pushes of the last step wait for the push stage */
+    if (atomic_load(&m->paused_push)) return -1;
+    qim__mb_push_emit(m->push, l->held);
+    l->held = NULL;
+  }
+  if (!runnable(l)) return -1;
+  uint64_t gen = atomic_load(&m->drain_gen);
+  uint64_t now = qim__mb_now_ns();
+  if (atomic_exchange(&l->retention_kick, false) || now >= l->next_retention_ns) {
+    l->next_retention_ns = now + (uint64_t)m->opt.retention_interval_ms * 1000000u;
+    int rc = qim__mb_retention_pass(l, w);
+    if (rc == QIM_E_MATERIALIZE_SHARD_NOT_OWNED) {
+      atomic_store(&l->sh->fenced, true);
+      return halt(l, QIM_MAILBOX_LANE_FENCED, rc);
+    }
+  }
+  mb_step s = {.l = l, .sh = l->sh, .w = w, .m = m};
+  int delay = materialize(&s, gen);
+  step_free(&s);
+  return delay;
+}

@@ -1,0 +1,247 @@
+/*
+ * test_takeover.c — shard ownership: a new owner answers LaneNotReady until each lane has
+ * replayed through the takeover's fence, then Ready{replay_from}; a stale owner is fenced by
+ * the store (ShardNotOwned); a lane that lags across a takeover computes the same MailboxSeq as
+ * the lanes that materialized a dispatch before it; ReadinessFailed when the log was trimmed
+ * past a lane's replay point.
+ */
+#include "mb_fixture.h"
+
+typedef struct world {
+  fx_env *env;
+} world;
+
+static int setup(void **state) {
+  world *w = calloc(1, sizeof *w);
+  w->env = fx_env_new("mb-take");
+  *state = w;
+  return 0;
+}
+
+static int teardown(void **state) {
+  world *w = *state;
+  fx_env_free(w->env);
+  free(w);
+  return 0;
+}
+
+static qim_mailbox *node(world *w, uint64_t id) {
+  qim_mailbox_options o = fx_mb_options();
+  o.node_id = id;
+  return fx_mailbox(w->env->store, &o);
+}
+
+static fx_msg text(uint64_t n, qim_user_id sender) {
+  return (fx_msg){.n = n, .sender = sender, .type = QIM_MESSAGE_TYPE_TEXT, .inline_body = true};
+}
+
+typedef struct lane_in { qim_mailbox *m; qim_mailbox_shard_id shard; qim_lane_id lane; int state; } lane_in;
+static bool lane_reached(void *ctx) {
+  lane_in *x = ctx;
+  qim_mailbox_lane_status st;
+  qim_mailbox_lane_status_get(x->m, x->shard, x->lane, &st);
+  return (int)st.state == x->state;
+}
+
+static void test_a_new_owner_answers_lane_not_ready_until_it_has_replayed(void **state) {
+  world *w = *state;
+  qim_user_id u = fx_user_on(0, 1, 0), v = fx_user_on(0, 0, 0);
+  qim_user_id r[] = {u, v};
+  fx_msg m1 = text(1, v);
+  qim_mailbox_seq s1 = fx_send(w->env->store, &m1, 0, r, 2); /* before anyone owns the shard */
+  assert_int_equal(qim_mailbox_seq_epoch(s1), 0);
+  qim_mailbox *m = node(w, 7);
+  qim_shard_readiness rd;
+  qim_error err;
+  assert_int_equal(qim_mailbox_shard_readiness(m, 0, &rd, &err), QIM_E_MATERIALIZE_SHARD_NOT_OWNED);
+  qim_mailbox_lane_pause(m, 0, 1);
+  qim_shard_takeover tk;
+  assert_int_equal(qim_mailbox_shard_acquire_sync(m, 0, &tk), 0);
+  assert_int_equal(tk.shard, 0);
+  assert_int_equal(tk.epoch, 1);
+  assert_int_equal(qim_mailbox_shard_wait_ready(m, 0, 200, &rd, &err), QIM_E_MATERIALIZE_LANE_NOT_READY);
+  assert_int_equal(err.lane, 1);
+  assert_int_equal(err.retry_after_ms, 100);
+  assert_int_equal(qim_mailbox_shard_readiness(m, 0, &rd, &err), 0);
+  assert_int_equal(rd.kind, QIM_SHARD_READINESS_LANE_NOT_READY);
+  assert_int_equal(rd.lane, 1);
+  assert_int_equal(rd.retry_after_ms, 100);
+  /* the replaying lane's users are told to come back; the ready lane's are served */
+  qim_mailbox_cursor c = fx_cursor(m, u, 0);
+  qim_mailbox_pull_request rq = fx_pull_request(u, &c, 10, 0);
+  qim_mailbox_page page;
+  qim_mailbox_cursor next;
+  assert_int_equal(qim_mailbox_pull_sync(m, &rq, &page, &next, &err), QIM_E_MATERIALIZE_LANE_NOT_READY);
+  assert_int_equal(err.lane, 1);
+  assert_int_equal(err.retry_after_ms, 100);
+  qim_mailbox_cursor_free(&c);
+  qim_mailbox_cursor oc;
+  qim_authenticated_actor ua = fx_actor(u, 1);
+  assert_int_equal(qim_mailbox_cursor_open_sync(m, &ua, QIM_MAILBOX_CURSOR_FROM_NOW, &oc, &err),
+                   QIM_E_MATERIALIZE_LANE_NOT_READY);
+  fx_pulled pv = fx_pull_all(m, v, 0, 10);
+  assert_int_equal(pv.n, 1);
+  assert_int_equal(pv.e[0].mailbox_seq, s1);
+  fx_pulled_free(&pv);
+  qim_mailbox_lane_resume(m, 0, 1);
+  assert_int_equal(qim_mailbox_shard_wait_ready(m, 0, 10000, &rd, &err), 0);
+  assert_int_equal(rd.kind, QIM_SHARD_READINESS_READY);
+  assert_int_equal(rd.replay_from.stream.kind, QIM_LOG_STREAM_MAILBOX_DISPATCH);
+  assert_int_equal(rd.replay_from.offset, 0); /* nothing was materialized before */
+  fx_pulled pu = fx_pull_all(m, u, 0, 10);
+  assert_int_equal(pu.n, 1);
+  assert_int_equal(pu.e[0].mailbox_seq, s1); /* the record's epoch (0), not the owner's (1) */
+  fx_pulled_free(&pu);
+  qim_mailbox_free(m);
+}
+
+static void test_a_stale_owner_is_fenced_by_the_store(void **state) {
+  world *w = *state;
+  qim_mailbox *a = node(w, 7), *b = node(w, 8);
+  assert_int_equal(qim_mailbox_shard_acquire_sync(a, 2, NULL), 0);
+  qim_shard_readiness rd;
+  assert_int_equal(qim_mailbox_shard_wait_ready(a, 2, 10000, &rd, NULL), 0);
+  qim_user_id u = fx_user_on(2, 0, 0);
+  fx_msg m1 = text(2, u);
+  qim_mailbox_seq s1 = fx_send(w->env->store, &m1, 2, &u, 1);
+  assert_int_equal(qim_mailbox_drain(a, 10000), 0);
+  qim_mailbox_pause(a, QIM_MAILBOX_STAGE_MATERIALIZE); /* A is slow: B takes over meanwhile */
+  qim_shard_takeover tk;
+  assert_int_equal(qim_mailbox_shard_acquire_sync(b, 2, &tk), 0);
+  assert_int_equal(tk.epoch, 2);
+  fx_msg m2 = text(3, u);
+  qim_mailbox_seq s2 = fx_send(w->env->store, &m2, 2, &u, 1);
+  assert_int_equal(qim_mailbox_seq_epoch(s2), 2);
+  qim_mailbox_resume(a, QIM_MAILBOX_STAGE_MATERIALIZE);
+  lane_in x = {a, 2, 0, QIM_MAILBOX_LANE_FENCED};
+  assert_true(fx_eventually(lane_reached, &x));
+  qim_mailbox_lane_status st;
+  qim_mailbox_lane_status_get(a, 2, 0, &st);
+  assert_int_equal(st.last_error, QIM_E_MATERIALIZE_SHARD_NOT_OWNED);
+  qim_error err;
+  assert_int_equal(qim_mailbox_shard_readiness(a, 2, &rd, &err), QIM_E_MATERIALIZE_SHARD_NOT_OWNED);
+  assert_int_equal(qim_mailbox_shard_wait_ready(b, 2, 10000, &rd, NULL), 0);
+  assert_int_equal(qim_mailbox_drain(b, 10000), 0);
+  fx_pulled p = fx_pull_all(b, u, 0, 10);
+  assert_int_equal(p.n, 2);
+  assert_int_equal(p.e[0].mailbox_seq, s1);
+  assert_int_equal(p.e[1].mailbox_seq, s2);
+  fx_pulled_free(&p);
+  /* A's pulls are served from the store now that it no longer owns the shard */
+  p = fx_pull_all(a, u, 0, 10);
+  assert_int_equal(p.n, 2);
+  fx_pulled_free(&p);
+  qim_mailbox_free(a);
+  qim_mailbox_free(b);
+}
+
+static void test_a_lane_lagging_across_a_takeover_computes_the_same_seq(void **state) {
+  world *w = *state;
+  qim_mailbox *a = node(w, 7);
+  assert_int_equal(qim_mailbox_shard_acquire_sync(a, 1, NULL), 0);
+  qim_shard_readiness rd;
+  assert_int_equal(qim_mailbox_shard_wait_ready(a, 1, 10000, &rd, NULL), 0);
+  qim_mailbox_lane_pause(a, 1, 1); /* lane 1 lags */
+  qim_user_id fast = fx_user_on(1, 0, 0), slow = fx_user_on(1, 1, 0);
+  qim_user_id r[] = {fast, slow};
+  fx_msg m1 = text(4, fast);
+  m1.chunk_size = 1; /* two chunks: fast's in 0, slow's in 1 */
+  qim_mailbox_seq s1 = fx_send(w->env->store, &m1, 1, r, 2);
+  assert_int_equal(qim_mailbox_drain(a, 10000), 0);
+  qim_mailbox_free(a); /* the owner goes away with lane 1 behind */
+  qim_mailbox *b = node(w, 8);
+  qim_shard_takeover tk;
+  assert_int_equal(qim_mailbox_shard_acquire_sync(b, 1, &tk), 0);
+  assert_int_equal(tk.epoch, 2);
+  fx_msg m2 = text(5, fast);
+  qim_mailbox_seq s2 = fx_send(w->env->store, &m2, 1, r, 2);
+  assert_int_equal(qim_mailbox_shard_wait_ready(b, 1, 10000, &rd, NULL), 0);
+  /* replay starts after the lagging lane's watermark: the first takeover's fence */
+  assert_int_equal(rd.replay_from.offset, 2);
+  assert_int_equal(qim_mailbox_drain(b, 10000), 0);
+  fx_pulled pf = fx_pull_all(b, fast, 0, 10), ps = fx_pull_all(b, slow, 0, 10);
+  assert_int_equal(pf.n, 2);
+  assert_int_equal(ps.n, 2);
+  assert_int_equal(pf.e[0].mailbox_seq, s1);
+  assert_int_equal(ps.e[0].mailbox_seq, s1); /* same seq though materialized under epoch 2 */
+  assert_int_equal(qim_mailbox_seq_epoch(s1), 1);
+  assert_int_equal(ps.e[1].mailbox_seq, s2);
+  assert_true(s2 > s1);
+  assert_int_equal(qim_mailbox_seq_epoch(s2), 2);
+  fx_pulled_free(&pf), fx_pulled_free(&ps);
+  qim_mailbox_free(b);
+}
+
+static void test_readiness_fails_when_the_log_was_trimmed_past_replay_from(void **state) {
+  world *w = *state;
+  qim_mailbox *a = node(w, 7);
+  assert_int_equal(qim_mailbox_shard_acquire_sync(a, 2, NULL), 0);
+  qim_user_id u = fx_user_on(2, 1, 0);
+  fx_msg m1 = text(6, u);
+  fx_send(w->env->store, &m1, 2, &u, 1);
+  assert_int_equal(qim_mailbox_drain(a, 10000), 0);
+  qim_mailbox_free(a);
+  fx_msg m2 = text(7, u), m3 = text(8, u);
+  fx_send(w->env->store, &m2, 2, &u, 1);
+  qim_mailbox_seq s3 = fx_send(w->env->store, &m3, 2, &u, 1);
+  /* somebody trims the log past the lanes' watermarks */
+  qim_store_log_trim_req t = {0};
+  t.stream = (qim_log_stream){QIM_LOG_STREAM_MAILBOX_DISPATCH, 2};
+  t.below = qim_mailbox_seq_offset(s3);
+  assert_int_equal(QIM_STORE_SYNC(w->env->store, logs.trim, &t), 0);
+  assert_int_equal(t.out_trim, qim_mailbox_seq_offset(s3));
+  qim_mailbox *b = node(w, 8);
+  assert_int_equal(qim_mailbox_shard_acquire_sync(b, 2, NULL), 0);
+  lane_in x = {b, 2, 1, QIM_MAILBOX_LANE_FAILED};
+  assert_true(fx_eventually(lane_reached, &x));
+  qim_shard_readiness rd;
+  qim_error err;
+  assert_int_equal(qim_mailbox_shard_readiness(b, 2, &rd, &err), QIM_E_MATERIALIZE_READINESS_FAILED);
+  assert_int_equal(qim_mailbox_shard_wait_ready(b, 2, 1000, &rd, &err), QIM_E_MATERIALIZE_READINESS_FAILED);
+  qim_mailbox_lane_status st;
+  qim_mailbox_lane_status_get(b, 2, 1, &st);
+  assert_int_equal(st.last_error, QIM_E_MATERIALIZE_READINESS_FAILED);
+  assert_false(st.ready);
+  qim_mailbox_cursor c = fx_cursor(b, u, 0);
+  qim_mailbox_pull_request rq = fx_pull_request(u, &c, 10, 0);
+  qim_mailbox_page page;
+  qim_mailbox_cursor next;
+  assert_int_equal(qim_mailbox_pull_sync(b, &rq, &page, &next, &err), QIM_E_MATERIALIZE_READINESS_FAILED);
+  qim_mailbox_cursor_free(&c);
+  qim_mailbox_free(b);
+}
+
+/* Every takeover bumps the epoch by one and leaves a fence; lanes advance over fences. */
+static void test_each_takeover_appends_a_fence_with_the_next_epoch(void **state) {
+  world *w = *state;
+  qim_mailbox *m = node(w, 7);
+  qim_shard_takeover tk;
+  qim_mailbox_acquire_op op;
+  for (int i = 1; i <= 3; i++) {
+    assert_int_equal(qim_mailbox_shard_acquire_sync(m, 0, &tk), 0);
+    assert_int_equal(tk.epoch, i);
+  }
+  assert_int_equal(qim_mailbox_drain(m, 10000), 0);
+  qim_mailbox_lane_status st;
+  qim_mailbox_lane_status_get(m, 0, 0, &st);
+  assert_int_equal(st.watermark.materialized, qim_mailbox_seq_make(3, 3)); /* the third fence */
+  assert_int_equal(st.owner_epoch, 3);
+  memset(&op, 0, sizeof op);
+  op.shard = FX_SHARDS; /* out of range */
+  op.cq = (qim_cq *)1;
+  op.done = (void (*)(qim_mailbox_acquire_op *))1;
+  assert_int_equal(qim_mailbox_shard_acquire(m, &op), -EINVAL);
+  qim_mailbox_free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_a_new_owner_answers_lane_not_ready_until_it_has_replayed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_stale_owner_is_fenced_by_the_store, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_lane_lagging_across_a_takeover_computes_the_same_seq, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_readiness_fails_when_the_log_was_trimmed_past_replay_from, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_each_takeover_appends_a_fence_with_the_next_epoch, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
