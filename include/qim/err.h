@@ -35,6 +35,11 @@
   X(MESSAGE_STORE_HISTORY_UNAVAILABLE, 1005, "MessageStoreError::HistoryUnavailable", 410, "gone") \
   X(MESSAGE_STORE_UNAVAILABLE, 1006, "MessageStoreError::Unavailable", 503, "service unavailable") \
   X(MESSAGE_STORE_INVARIANT_VIOLATION, 1007, "MessageStoreError::InvariantViolation", 500, "internal error") \
+  /* qim extensions to MessageStoreError (history, docs/history.md) */                            \
+  X(MESSAGE_STORE_INVALID_RANGE, 1050, "MessageStoreError::InvalidRange", 400, "malformed")      \
+  X(MESSAGE_STORE_COMPLIANCE_HOLD, 1051, "MessageStoreError::ComplianceHold", 403, "message under compliance hold") \
+  X(MESSAGE_STORE_EDIT_NOT_PERMITTED, 1052, "MessageStoreError::EditNotPermitted", 403, "permission denied") \
+  X(MESSAGE_STORE_INVALID_CONTENT, 1053, "MessageStoreError::InvalidContent", 400, "malformed")  \
   /* CommitError */                                                                                \
   X(COMMIT_INVALID_CLIENT_MESSAGE_ID, 1101, "CommitError::InvalidClientMessageId", 400, "malformed") \
   X(COMMIT_PERMISSION_DENIED, 1102, "CommitError::PermissionDenied", 403, "permission denied")    \

@@ -131,6 +131,11 @@ typedef struct qim_commit_control {
   qim_message_content content;          /* message_type == QIM_MESSAGE_TYPE_CONTROL */
   qim_retention_class retention_class;
   qim_trace_id trace_id;
+  /* NULL: the conversation's audience (its two users, or the group snapshot at reserve).
+   * Otherwise a DIRECT audience frozen as given — e.g. only the actor's own devices learn
+   * of its read position (history). Borrowed until done; -EINVAL when it is not DIRECT or
+   * has no recipients. */
+  const qim_delivery_audience *audience;
 } qim_commit_control;
 
 int qim_commit_send_control(qim_commit *c, const qim_commit_control *ctl, qim_commit_op *op);

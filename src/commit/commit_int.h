@@ -122,6 +122,7 @@ struct qim__commit_send {
   qim_conversation_seq reply_seq;
   qim_store_seq_range reply_range;
   qim_retention_class retention;
+  const qim_delivery_audience *audience;     /* control only: an explicit DIRECT audience */
   qim_trace_id trace;
   qim_message_id message_id;
   qim_last_activity_id activity_id;

@@ -240,7 +240,12 @@ static void build_proposal(qim__commit_send *x) {
   p->coordinates.last_activity_id = x->activity_id;
   p->state = QIM_COMMIT_STATE_RESERVED;
   qim_delivery_audience *a = &p->delivery.audience;
-  if (x->conv.kind == QIM_CONVERSATION_DIRECT) {
+  if (x->audience) {
+    a->kind = QIM_DELIVERY_AUDIENCE_DIRECT;
+    a->direct.recipient_count = x->audience->direct.recipient_count;
+    a->direct.recipients = qim_memdup(x->audience->direct.recipients,
+                                      a->direct.recipient_count * sizeof *a->direct.recipients);
+  } else if (x->conv.kind == QIM_CONVERSATION_DIRECT) {
     a->kind = QIM_DELIVERY_AUDIENCE_DIRECT;
     a->direct.recipients = qim_memdup(x->conv.direct_users, sizeof x->conv.direct_users);
     a->direct.recipient_count = 2;
@@ -515,6 +520,9 @@ int qim_commit_send_control(qim_commit *c, const qim_commit_control *ctl, qim_co
     rc = qim_err_raise(QIM_E_COMMIT_INVALID_CLIENT_MESSAGE_ID);
   else if (ctl->content.message_type != QIM_MESSAGE_TYPE_CONTROL)
     rc = -EINVAL;
+  else if (ctl->audience && (ctl->audience->kind != QIM_DELIVERY_AUDIENCE_DIRECT ||
+                             ctl->audience->direct.recipient_count == 0 || !ctl->audience->direct.recipients))
+    rc = -EINVAL;
   else if (content_size(&ctl->content) > c->cfg.max_message_size)
     rc = qim_err_raise(QIM_E_COMMIT_MESSAGE_TOO_LARGE);
   if (rc < 0) return refuse(c, op, rc, NULL, &ctl->trace_id);
@@ -524,6 +532,7 @@ int qim_commit_send_control(qim_commit *c, const qim_commit_control *ctl, qim_co
   x->cmid = ctl->client_message_id;
   x->content = &ctl->content;
   x->retention = ctl->retention_class;
+  x->audience = ctl->audience;
   x->trace = ctl->trace_id;
   rc = take_ids(x);
   if (rc < 0) {

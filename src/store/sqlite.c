@@ -34,6 +34,9 @@
 /* An idle writer truncates the WAL after this long, so overwritten (deleted) content
  * does not linger in old WAL frames (DESIGN.md §1 rule 7). */
 #define IDLE_CHECKPOINT_MS 1000
+/* A writer that is never idle truncates it at least this often, which bounds how long a
+ * wiped body survives in the WAL under load (store.h: QIM_STORE_WIPE_BOUND_MS). */
+#define BUSY_CHECKPOINT_MS 4000
 #define BUSY_TIMEOUT_MS 2000
 
 static const sq_op *const ops[SQ_OP_COUNT] = {
@@ -433,9 +436,16 @@ static void idle_checkpoint(sq_store *st) {
     QIM_LOGW(NULL, "store.sqlite.checkpoint", "rc=%d msg=\"%s\"", rc, sqlite3_errmsg(st->wconn.db));
 }
 
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static void *writer_main(void *arg) {
   sq_store *st = arg;
   bool dirty = false;
+  uint64_t last_checkpoint = mono_ms();
   for (;;) {
     qim_store_req *list;
     bool timed_out;
@@ -444,10 +454,13 @@ static void *writer_main(void *arg) {
     if (n) {
       writer_batch(st, list, n);
       dirty = true;
-    } else if (timed_out) {
+      if (mono_ms() - last_checkpoint >= BUSY_CHECKPOINT_MS) timed_out = true;
+    }
+    if (dirty && timed_out) {
       idle_checkpoint(st);
       dirty = false;
-    } else {
+      last_checkpoint = mono_ms();
+    } else if (!n && !timed_out) {
       break; /* closing and drained */
     }
   }

@@ -35,8 +35,9 @@ static void bind_conv(sqlite3_stmt *st, int first, qim_tenant_id t, qim_conversa
 #define CONV_COLUMNS                                                                      \
   "c.tenant, c.conv, c.kind, c.owner, c.direct0, c.direct1, c.latest_seq, c.delid,"      \
   " c.last_activity, c.created_at, c.updated_at, c.touched_at, c.public_json,"           \
-  " c.mode_auth, c.mode_anon, c.membership_version, c.member_count, c.deleted"
-#define CONV_COLUMN_COUNT 18
+  " c.mode_auth, c.mode_anon, c.membership_version, c.member_count, c.deleted,"          \
+  " c.retention_floor"
+#define CONV_COLUMN_COUNT 19
 
 static void conv_from_row(sqlite3_stmt *st, int i, qim_store_conversation *out) {
   *out = (qim_store_conversation){0};
@@ -58,6 +59,7 @@ static void conv_from_row(sqlite3_stmt *st, int i, qim_store_conversation *out) 
   out->membership_version = sq_col_u64(st, i + 15);
   out->member_count = (uint32_t)sq_col_u64(st, i + 16);
   out->deleted = sqlite3_column_int(st, i + 17) != 0;
+  out->retention_floor = sq_col_u64(st, i + 18);
 }
 
 #define MEMBER_COLUMNS                                                                    \

@@ -4,17 +4,18 @@
  * retention expiry.
  *
  * Rows are written by intents.advance(RECORDED); this file reads and changes them. A
- * body wipe is "deleted means gone": the history row, the stored commit intent and every
- * inline mailbox entry of the message lose their content in the same transaction, and
- * secure_delete makes SQLite overwrite the freed bytes. The outbox copy is the history
- * module's to redact (logs.redact), since the store cannot tell which log records still
- * have readers.
+ * body wipe is "deleted means gone": the history row, the stored commit intent, every
+ * inline mailbox entry and the log records of the message (outbox envelope, mailbox
+ * dispatches: sqlite_logs.c) lose their content in the same transaction, and
+ * secure_delete makes SQLite overwrite the freed bytes; the writer's periodic TRUNCATE
+ * checkpoint (sqlite.c) removes the old page images from the WAL.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "qim/err.h"
+#include "qim/ids.h"
 #include "qim/mem.h"
 #include "qim/record.h"
 #include "store/sqlite_int.h"
@@ -210,6 +211,7 @@ static int change_record(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
   rc = qim_message_record_encode(&rec, &body);
   if (rc == 0 && wipe) rc = sq_intent_wipe_body(c, &key);
   if (rc == 0 && wipe) rc = sq_mailbox_wipe_message(c, &rec.coordinates.message_id);
+  if (rc == 0 && wipe) rc = sq_logs_wipe_message(c, &rec.coordinates.message_id);
   qim_message_record_free(&rec);
   if (rc) return rc;
   st = sq_prep(c,
@@ -244,33 +246,107 @@ static int set_state_exec(sq_conn *c, qim_store_req *base) {
 const sq_op sq_op_record_set_state = {"history.set_state", true, set_state_prepare, set_state_exec,
                                       NULL, HISTORY_ERRORS};
 
-static int expire_exec(sq_conn *c, qim_store_req *base) {
+static int expire_prepare(const sq_store *st, qim_store_req *base) {
+  (void)st;
   qim_store_record_expire_req *r = (void *)base;
+  r->out_count = 0;
+  r->out_more = false;
+  r->out_floors = NULL;
+  r->out_floor_count = 0;
+  return r->retention_class <= QIM_RETENTION_CLASS_TENANT_CUSTOM ? 0 : -EINVAL;
+}
+
+static void expire_discard(qim_store_req *base) {
+  qim_store_record_expire_req *r = (void *)base;
+  qim_free(r->out_floors);
+  r->out_floors = NULL;
+  r->out_floor_count = 0;
+}
+
+typedef struct expire_victim {
+  qim_conversation_id conv;
+  qim_conversation_seq seq;
+} expire_victim;
+
+static int victim_cmp(const void *a, const void *b) {
+  const expire_victim *x = a, *y = b;
+  int c = qim_u128_cmp(x->conv.v, y->conv.v);
+  return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* The records to expire, oldest first; collected before any is changed, since
+ * change_record rewrites rows of the table being scanned. */
+static int expire_collect(sq_conn *c, qim_store_record_expire_req *r, expire_victim **out, size_t *count) {
   sqlite3_stmt *st = sq_prep(c,
                              "SELECT conv, seq FROM records WHERE tenant=? AND retention=?"
-                             " AND created_at < ? AND NOT (state = 3 AND size = 0)");
+                             " AND created_at >= ? AND created_at < ? AND NOT (state = 3 AND size = 0)"
+                             " ORDER BY created_at LIMIT ?");
   if (!st) return sq_last_error(c);
   sq_bind_u128(st, 1, r->tenant_id.v);
   sqlite3_bind_int(st, 2, (int)r->retention_class);
-  sq_bind_u64(st, 3, r->before);
-  /* Collect first: change_record rewrites rows of the table being scanned. */
-  typedef struct { qim_conversation_id conv; qim_conversation_seq seq; } victim;
-  victim *v = NULL;
+  sq_bind_u64(st, 3, r->after);
+  sq_bind_u64(st, 4, r->before);
+  sqlite3_bind_int64(st, 5, r->limit ? (sqlite3_int64)r->limit + 1 : -1);
+  expire_victim *v = NULL;
   size_t n = 0, cap = 0;
   int rc;
   while ((rc = sq_step(c, st)) == 1) {
+    if (r->limit && n == r->limit) {
+      r->out_more = true;
+      break;
+    }
     if (n == cap) v = qim_realloc(v, (cap = cap ? cap * 2 : 64) * sizeof *v);
-    v[n++] = (victim){{sq_col_u128(st, 0)}, sq_col_u64(st, 1)};
+    v[n++] = (expire_victim){{sq_col_u128(st, 0)}, sq_col_u64(st, 1)};
   }
-  for (size_t i = 0; rc == 0 && i < n; i++)
-    rc = change_record(c, r->tenant_id, v[i].conv, v[i].seq, QIM_MESSAGE_STATE_DELETED, true,
-                       r->now);
+  if (rc < 0) {
+    qim_free(v);
+    return rc;
+  }
+  *out = v;
+  *count = n;
+  return 0;
+}
+
+/* Raises one conversation's retention floor to `seq`; reports it when it rose. */
+static int expire_floor(sq_conn *c, qim_store_record_expire_req *r, qim_conversation_id conv,
+                        qim_conversation_seq seq, size_t *cap) {
+  sqlite3_stmt *st = sq_prep(c, "SELECT retention_floor FROM conversations WHERE tenant=? AND conv=?");
+  if (!st) return sq_last_error(c);
+  bind_conv(st, 1, r->tenant_id, conv);
+  int rc = sq_step(c, st);
+  if (rc <= 0) return rc; /* the conversation is gone: nothing to raise */
+  qim_conversation_seq previous = sq_col_u64(st, 0);
+  if (previous >= seq) return 0;
+  st = sq_prep(c, "UPDATE conversations SET retention_floor=? WHERE tenant=? AND conv=?");
+  if (!st) return sq_last_error(c);
+  sq_bind_u64(st, 1, seq);
+  bind_conv(st, 2, r->tenant_id, conv);
+  if ((rc = sq_run(c, st))) return rc;
+  if (r->out_floor_count == *cap)
+    r->out_floors = qim_realloc(r->out_floors, (*cap = *cap ? *cap * 2 : 8) * sizeof *r->out_floors);
+  r->out_floors[r->out_floor_count++] = (qim_store_retention_floor){conv, previous, seq};
+  return 0;
+}
+
+static int expire_exec(sq_conn *c, qim_store_req *base) {
+  qim_store_record_expire_req *r = (void *)base;
+  expire_victim *v = NULL;
+  size_t n = 0, cap = 0;
+  int rc = expire_collect(c, r, &v, &n);
+  if (rc) return rc;
+  qsort(v, n, sizeof *v, victim_cmp);
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    rc = change_record(c, r->tenant_id, v[i].conv, v[i].seq, QIM_MESSAGE_STATE_DELETED, true, r->now);
+    bool last_of_conv = i + 1 == n || !qim_u128_eq(v[i + 1].conv.v, v[i].conv.v);
+    if (rc == 0 && last_of_conv) rc = expire_floor(c, r, v[i].conv, v[i].seq, &cap);
+  }
   qim_free(v);
   r->out_count = rc ? 0 : n;
   return rc;
 }
 
-const sq_op sq_op_record_expire = {"history.expire", true, NULL, expire_exec, NULL, HISTORY_ERRORS};
+const sq_op sq_op_record_expire = {"history.expire", true, expire_prepare, expire_exec, expire_discard,
+                                   HISTORY_ERRORS};
 
 /* ---- dellog ---------------------------------------------------------------------------------- */
 
@@ -339,6 +415,7 @@ static int dellog_query_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
   qim_store_dellog_query_req *r = (void *)base;
   r->out_ranges = NULL;
+  r->out_delids = NULL;
   r->out_count = 0;
   r->out_max_delid = 0;
   return r->limit > 0 ? 0 : -EINVAL;
@@ -347,7 +424,9 @@ static int dellog_query_prepare(const sq_store *st, qim_store_req *base) {
 static void dellog_query_discard(qim_store_req *base) {
   qim_store_dellog_query_req *r = (void *)base;
   qim_free(r->out_ranges);
+  qim_free(r->out_delids);
   r->out_ranges = NULL;
+  r->out_delids = NULL;
   r->out_count = 0;
 }
 
@@ -360,7 +439,7 @@ static int dellog_query_exec(sq_conn *c, qim_store_req *base) {
   if (rc <= 0) return rc < 0 ? rc : -ENOENT;
   r->out_max_delid = sq_col_u64(st, 0);
   st = sq_prep(c,
-               "SELECT low, hi FROM dellog WHERE tenant=?1 AND conv=?2"
+               "SELECT low, hi, delid FROM dellog WHERE tenant=?1 AND conv=?2"
                " AND (for_user IS NULL OR for_user=?3) AND delid >= ?4 AND (?5 = 0 OR delid < ?5)"
                " ORDER BY delid, low LIMIT ?6");
   if (!st) return sq_last_error(c);
@@ -371,8 +450,12 @@ static int dellog_query_exec(sq_conn *c, qim_store_req *base) {
   sqlite3_bind_int64(st, 6, r->limit);
   size_t cap = 0;
   while ((rc = sq_step(c, st)) == 1) {
-    if (r->out_count == cap)
-      r->out_ranges = qim_realloc(r->out_ranges, (cap = cap ? cap * 2 : 16) * sizeof *r->out_ranges);
+    if (r->out_count == cap) {
+      cap = cap ? cap * 2 : 16;
+      r->out_ranges = qim_realloc(r->out_ranges, cap * sizeof *r->out_ranges);
+      r->out_delids = qim_realloc(r->out_delids, cap * sizeof *r->out_delids);
+    }
+    r->out_delids[r->out_count] = sq_col_u64(st, 2);
     r->out_ranges[r->out_count++] = (qim_store_seq_range){sq_col_u64(st, 0), sq_col_u64(st, 1)};
   }
   return rc;

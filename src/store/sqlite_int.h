@@ -192,6 +192,9 @@ int sq_log_append_one(sq_conn *c, qim_log_stream stream, const uint8_t key[16],
 int sq_shard_epoch(sq_conn *c, qim_mailbox_shard_id shard, qim_shard_epoch *epoch);
 /* sqlite_mailbox.c: drops the content of every mailbox entry of one message. */
 int sq_mailbox_wipe_message(sq_conn *c, const qim_message_id *message_id);
+/* sqlite_logs.c: drops the body of one message from the outbox envelope and the mailbox
+ * dispatch of every shard that holds one (deleted means gone; history.set_state). */
+int sq_logs_wipe_message(sq_conn *c, const qim_message_id *message_id);
 /* sqlite_intents.c: drops the record content from the stored intent of a message. */
 int sq_intent_wipe_body(sq_conn *c, const qim_commit_key *key);
 /* sqlite_history.c: empties a record's content in place (type and schema version kept). */

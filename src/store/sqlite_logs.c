@@ -12,6 +12,7 @@
 
 #include "qim/err.h"
 #include "qim/mem.h"
+#include "qim/record.h"
 #include "qim/shard.h"
 #include "store/sqlite_int.h"
 
@@ -299,3 +300,74 @@ static int redact_exec(sq_conn *c, qim_store_req *base) {
 }
 
 const sq_op sq_op_log_redact = {"log.redact", true, redact_prepare, redact_exec, NULL, LOG_ERRORS};
+
+/* ---- wiping one message's body (history.set_state / expire) ------------------------------------ */
+
+/* Rewrites one record's payload through `drop` (decode, drop the body, encode). Absent
+ * records (trimmed, never written) and records whose body is already gone are left alone. */
+static int wipe_record(sq_conn *c, int64_t sid, const uint8_t key[16],
+                       int (*drop)(const void *p, size_t n, qim_bytes *out)) {
+  sqlite3_stmt *st = sq_prep(c, "SELECT offset, payload FROM log_records WHERE stream=? AND key=?");
+  if (!st) return sq_last_error(c);
+  sqlite3_bind_int64(st, 1, sid);
+  sq_bind_id16(st, 2, key);
+  int rc = sq_step(c, st);
+  if (rc <= 0) return rc;
+  uint64_t offset = sq_col_u64(st, 0);
+  qim_bytes out = {0};
+  rc = drop(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), &out);
+  if (rc) return rc == QIM_AGAIN ? 0 : rc; /* QIM_AGAIN: nothing to drop */
+  st = sq_prep(c, "UPDATE log_records SET payload=? WHERE stream=? AND offset=?");
+  if (st) {
+    sq_bind_blob(st, 1, out.p, out.n);
+    sqlite3_bind_int64(st, 2, sid);
+    sq_bind_u64(st, 3, offset);
+    rc = sq_run(c, st);
+  } else {
+    rc = sq_last_error(c);
+  }
+  qim_bytes_free(&out);
+  return rc;
+}
+
+static bool content_has_body(const qim_message_content *m) {
+  return m->payload_or_ciphertext.n > 0 || m->has_media_metadata;
+}
+
+/* A CommittedEnvelope carries the body twice (intent.record and record). */
+static int drop_envelope(const void *p, size_t n, qim_bytes *out) {
+  qim_committed_envelope e;
+  if (qim_committed_envelope_decode(p, n, &e)) return qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION);
+  int rc = QIM_AGAIN;
+  if (content_has_body(&e.intent.record.content) || content_has_body(&e.record.content)) {
+    sq_content_wipe(&e.intent.record.content);
+    sq_content_wipe(&e.record.content);
+    rc = qim_committed_envelope_encode(&e, out);
+  }
+  qim_committed_envelope_free(&e);
+  return rc;
+}
+
+static int drop_dispatch(const void *p, size_t n, qim_bytes *out) {
+  qim_group_dispatch d;
+  if (qim_group_dispatch_decode(p, n, &d)) return qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION);
+  int rc = QIM_AGAIN;
+  if (content_has_body(&d.content)) {
+    sq_content_wipe(&d.content);
+    rc = qim_group_dispatch_encode(&d, out);
+  }
+  qim_group_dispatch_free(&d);
+  return rc;
+}
+
+int sq_logs_wipe_message(sq_conn *c, const qim_message_id *message_id) {
+  int rc = wipe_record(c, sq_stream_id((qim_log_stream){QIM_LOG_STREAM_OUTBOX, 0}), message_id->b,
+                       drop_envelope);
+  /* A dispatch exists only for shards that had recipients; its key says which message. */
+  for (uint32_t shard = 0; rc == 0 && shard < c->st->opt.shards.shard_count; shard++) {
+    qim_dispatch_id id = qim_dispatch_id_make(message_id, shard);
+    rc = wipe_record(c, sq_stream_id((qim_log_stream){QIM_LOG_STREAM_MAILBOX_DISPATCH, shard}), id.b,
+                     drop_dispatch);
+  }
+  return rc;
+}

@@ -111,7 +111,12 @@ static const char schema_v1[] =
     " materialized INTEGER NOT NULL, floor INTEGER NOT NULL,"
     " PRIMARY KEY(shard, lane)) WITHOUT ROWID;";
 
-static const char *const migrations[] = {schema_v1};
+/* Version 2: the retention floor of each conversation (history.expire raises it; the
+ * history module reports seqs at or below it as HistoryUnavailable). */
+static const char schema_v2[] =
+    "ALTER TABLE conversations ADD COLUMN retention_floor INTEGER NOT NULL DEFAULT 0;";
+
+static const char *const migrations[] = {schema_v1, schema_v2};
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
 static int exec_sql(sq_conn *c, const char *sql) {

@@ -98,6 +98,7 @@ typedef struct qim_store_conversation {
   qim_membership_version membership_version;
   uint32_t member_count;                 /* current members */
   bool deleted;
+  qim_conversation_seq retention_floor;  /* highest seq removed by retention (history.expire) */
 } qim_store_conversation;
 
 /* A member row as it is NOW (the latest version). */
@@ -321,9 +322,15 @@ typedef struct {
   bool out_has_more;
 } qim_store_record_query_req;
 
-/* Sets state (and updated_at); wipe_body erases content everywhere the store holds it:
- * the history row, the commit intent and inline mailbox entries of this message
- * (secure_delete in sqlite). -ENOENT if no such record. */
+/* Sets state (and updated_at); wipe_body erases content everywhere the store holds it,
+ * in the same transaction: the history row, the commit intent, inline mailbox entries,
+ * and the log records that carry the body — the outbox envelope (keyed by message id)
+ * and the mailbox dispatch of every shard (keyed by DispatchId) are rewritten with the
+ * body dropped (payload_or_ciphertext empty, no media_metadata; offsets, keys, ids, type
+ * and every other field kept: the fanout's definition of "redacted"). sqlite overwrites
+ * freed bytes (secure_delete) and truncates the WAL by a checkpoint at most
+ * QIM_STORE_WIPE_BOUND_MS later. -ENOENT if no such record. */
+#define QIM_STORE_WIPE_BOUND_MS 5000
 typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_conversation_seq seq; qim_message_state state; bool wipe_body; qim_timestamp_millis now; } qim_store_record_set_state_req;
 
 /* Atomic per conversation: delid += 1; a dellog row per range for `for_user`
@@ -332,12 +339,35 @@ typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id
 typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; bool has_for_user; qim_user_id for_user; const qim_store_seq_range *ranges; size_t range_count; uint64_t out_delid; } qim_store_dellog_add_req;
 
 /* Dellog ranges visible to `viewer` (its own and everyone's) with delid in
- * [since_delid, before_delid) (before 0 = no bound), ordered by delid. */
-typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_user_id viewer; uint64_t since_delid, before_delid; uint32_t limit; qim_store_seq_range *out_ranges; size_t out_count; uint64_t out_max_delid; } qim_store_dellog_query_req;
+ * [since_delid, before_delid) (before 0 = no bound), ordered by delid; out_delids[i] is
+ * the delid of out_ranges[i] (both owned: qim_free). out_max_delid: the conversation's
+ * current delid. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_user_id viewer; uint64_t since_delid, before_delid; uint32_t limit; qim_store_seq_range *out_ranges; uint64_t *out_delids; size_t out_count; uint64_t out_max_delid; } qim_store_dellog_query_req;
 
-/* Retention: records of `retention_class` created before `before`: bodies wiped, state
- * Deleted. out_count = records affected. */
-typedef struct { qim_store_req req; qim_retention_class retention_class; qim_tenant_id tenant_id; qim_timestamp_millis before; qim_timestamp_millis now; uint64_t out_count; } qim_store_record_expire_req;
+/* One conversation touched by an expiry: its retention_floor before and after. */
+typedef struct qim_store_retention_floor {
+  qim_conversation_id conversation_id;
+  qim_conversation_seq previous, floor;
+} qim_store_retention_floor;
+
+/* Retention: records of `tenant_id` and `retention_class` created in [after, before) whose
+ * body is not already wiped, oldest first, at most `limit` (0 = all): bodies wiped
+ * everywhere (as set_state with wipe_body), state Deleted, and each conversation's
+ * retention_floor raised to the highest seq expired in it. out_count = records affected;
+ * out_more = records remain beyond the limit; out_floors (owned: qim_free) = one entry
+ * per conversation whose floor rose, ordered by conversation id. */
+typedef struct {
+  qim_store_req req;
+  qim_retention_class retention_class;
+  qim_tenant_id tenant_id;
+  qim_timestamp_millis after, before;
+  qim_timestamp_millis now;
+  uint32_t limit;
+  uint64_t out_count;
+  bool out_more;
+  qim_store_retention_floor *out_floors;
+  size_t out_floor_count;
+} qim_store_record_expire_req;
 
 /* ---- logs -------------------------------------------------------------------------- */
 

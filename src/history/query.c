@@ -1,0 +1,157 @@
+/*
+ * query.c — reading history: seed 004's HistoryQuery → HistoryPage, Tinode's `get data`
+ * forms (latest N, before, since, both, ranges), and the {data} frame of a record.
+ *
+ * Every form becomes one store query over seq intervals, clipped by the store to the
+ * caller's window (joined_at, left_at] and filtered by its own soft deletes; the store
+ * walks the intervals newest first and stops at the item or byte budget, so a page costs
+ * the rows it returns, not the size of the conversation.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "history/history_int.h"
+#include "qim/clock.h"
+#include "qim/err.h"
+#include "qim/ids.h"
+#include "qim/mem.h"
+#include "qim/record.h"
+
+/* Seqs stay below this (DESIGN.md §1b); an open upper bound. */
+#define SEQ_OPEN 0x0FFFFFFFull
+
+static uint32_t clamp(uint32_t v, uint32_t dflt, uint32_t max) {
+  if (v == 0) v = dflt;
+  return v > max ? max : v;
+}
+
+/* Runs the store query for `v`'s window and moves its output into `out`. */
+static int run_query(qim_history *h, const qim_authenticated_actor *actor, const qim__view *v,
+                     const qim_store_seq_range *ranges, size_t n, qim_history_direction dir, bool skip_deleted,
+                     uint32_t items, uint32_t bytes, qim_history_page *out) {
+  qim_store_record_query_req q = {
+      .tenant_id = actor->tenant_id,
+      .conversation_id = v->conv.conversation_id,
+      .viewer = actor->user_id,
+      .window_low = v->low,
+      .window_high = v->high,
+      .ranges = ranges,
+      .range_count = n,
+      .direction = dir,
+      .skip_deleted = skip_deleted,
+      .max_items = items,
+      .max_bytes = bytes,
+  };
+  int rc = QIM__HSYNC(h, history.query, &q);
+  if (rc) return rc;
+  out->records = q.out_records;
+  out->record_count = q.out_count;
+  out->has_more = q.out_has_more;
+  return 0;
+}
+
+static void page_frame(const qim__view *v, qim_history_page *out) {
+  qim_conversation_seq floor = v->conv.retention_floor;
+  qim_conversation_seq earliest = (v->low > floor ? v->low : floor) + 1;
+  out->latest_conversation_seq = v->conv.latest_seq;
+  out->earliest_available_conversation_seq = earliest > v->high + 1 ? v->high + 1 : earliest;
+}
+
+/* ---- HistoryQuery ----------------------------------------------------------------------- */
+
+int qim_history_read(qim_history *h, const qim_history_query *q, qim_history_page *out) {
+  if (!h || !q || !out) return -EINVAL;
+  memset(out, 0, sizeof *out);
+  qim__view v;
+  int rc = qim__history_view(h, &q->actor, q->conversation_id, QIM__NEED_READ, &v);
+  if (rc) return rc;
+  page_frame(&v, out);
+  if (q->anchor != 0 && q->anchor <= v.conv.retention_floor) {
+    qim__view_free(&v);
+    return qim_err_raise(QIM_E_MESSAGE_STORE_HISTORY_UNAVAILABLE);
+  }
+  qim_store_seq_range r;
+  if (q->direction == QIM_HISTORY_DIRECTION_OLDER)
+    r = (qim_store_seq_range){v.low + 1, q->anchor ? q->anchor : v.high + 1};
+  else
+    r = (qim_store_seq_range){(q->anchor > v.low ? q->anchor : v.low) + 1, v.high + 1};
+  uint32_t items = clamp(q->max_items, h->cfg.page_default_items, h->cfg.page_max_items);
+  uint32_t bytes = clamp(q->max_bytes, h->cfg.page_max_bytes, h->cfg.page_max_bytes);
+  if (r.low < r.hi) rc = run_query(h, &q->actor, &v, &r, 1, q->direction, false, items, bytes, out);
+  qim__view_free(&v);
+  return rc;
+}
+
+/* ---- get data ------------------------------------------------------------------------------ */
+
+/* The requested seqs as [low, hi) intervals: the ranges (hi 0 = one message), or
+ * [since, before). Empty intervals are dropped; the store clips the rest to the window. */
+static int get_intervals(const qim_history *h, const qim_history_get *g, qim_store_seq_range **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  if (g->range_count > h->cfg.max_ranges || (g->range_count && !g->ranges))
+    return qim_err_raise(QIM_E_MESSAGE_STORE_INVALID_RANGE);
+  size_t cap = g->range_count ? g->range_count : 1;
+  qim_store_seq_range *r = qim_malloc(cap * sizeof *r);
+  size_t k = 0;
+  for (size_t i = 0; i < g->range_count; i++) {
+    qim_conversation_seq low = g->ranges[i].low ? g->ranges[i].low : 1;
+    qim_conversation_seq hi = g->ranges[i].hi ? g->ranges[i].hi : low + 1;
+    if (g->ranges[i].hi && g->ranges[i].hi < g->ranges[i].low) {
+      qim_free(r);
+      return qim_err_raise(QIM_E_MESSAGE_STORE_INVALID_RANGE);
+    }
+    if (low < hi) r[k++] = (qim_store_seq_range){low, hi > SEQ_OPEN ? SEQ_OPEN : hi};
+  }
+  if (g->range_count == 0) {
+    qim_store_seq_range one = {g->since ? g->since : 1, g->before ? g->before : SEQ_OPEN};
+    if (one.hi > SEQ_OPEN) one.hi = SEQ_OPEN;
+    if (one.low < one.hi) r[k++] = one;
+  }
+  *out = r;
+  *n = k;
+  return 0;
+}
+
+int qim_history_get_data(qim_history *h, const qim_history_get *g, qim_history_page *out) {
+  if (!h || !g || !out) return -EINVAL;
+  memset(out, 0, sizeof *out);
+  qim_store_seq_range *r;
+  size_t n;
+  int rc = get_intervals(h, g, &r, &n);
+  if (rc) return rc;
+  qim__view v;
+  rc = qim__history_view(h, &g->actor, g->conversation_id, QIM__NEED_READ, &v);
+  if (rc) {
+    qim_free(r);
+    return rc;
+  }
+  page_frame(&v, out);
+  uint32_t limit = clamp(g->limit, h->cfg.get_default_limit, h->cfg.get_max_limit);
+  if (n) rc = run_query(h, &g->actor, &v, r, n, QIM_HISTORY_DIRECTION_OLDER, true, limit, h->cfg.page_max_bytes, out);
+  qim_free(r);
+  qim__view_free(&v);
+  return rc;
+}
+
+/* ---- {data} ----------------------------------------------------------------------------------- */
+
+int qim_history_data_json(const qim_message_record *r, const char *topic, json_t **out) {
+  *out = NULL;
+  if (!r || !topic) return -EINVAL;
+  json_t *head, *content;
+  int rc = qim_history_content_to_tinode(&r->content, &head, &content);
+  if (rc) return rc;
+  char from[QIM_TOPIC_NAME_CAP], ts[QIM_TIMESTAMP_CAP];
+  qim_user_id_format(r->sender.user_id, from, sizeof from);
+  qim_timestamp_format(r->created_at, ts);
+  json_t *d = json_object();
+  json_object_set_new(d, "topic", json_string(topic));
+  json_object_set_new(d, "from", json_string(from));
+  json_object_set_new(d, "ts", json_string(ts));
+  json_object_set_new(d, "seq", json_integer((json_int_t)r->coordinates.conversation_seq));
+  if (head) json_object_set_new(d, "head", head);
+  json_object_set_new(d, "content", content);
+  *out = json_pack("{so}", "data", d);
+  return 0;
+}
