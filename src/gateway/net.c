@@ -10,6 +10,7 @@
  * open: last input, moved to the back on every read), so a sweep only walks the
  * connections that are actually due.
  */
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 
 #include "gateway/net_int.h"
 #include "qim/err.h"
+#include "qim/log.h"
 #include "qim/mem.h"
 
 #define READBUF_SIZE (64 * 1024)
@@ -262,19 +264,35 @@ static int listen_socket(const struct sockaddr *sa, socklen_t len, int backlog, 
   return 0;
 }
 
-/* Resolves cfg->host with `port` into ss. */
-static int make_addr(const qim_net_config *cfg, uint16_t port, struct sockaddr_storage *ss,
-                     socklen_t *len) {
+/*
+ * Resolves `host` into ss (port 0): an IPv4 or IPv6 literal, else a name through
+ * getaddrinfo (first answer). Done once, in qim_net_new, so start never blocks on DNS.
+ */
+static int resolve_host(const char *host, struct sockaddr_storage *ss, socklen_t *len) {
   memset(ss, 0, sizeof *ss);
-  if (uv_ip4_addr(cfg->host, port, (struct sockaddr_in *)ss) == 0) {
+  if (uv_ip4_addr(host, 0, (struct sockaddr_in *)ss) == 0) {
     *len = sizeof(struct sockaddr_in);
     return 0;
   }
-  if (uv_ip6_addr(cfg->host, port, (struct sockaddr_in6 *)ss) == 0) {
+  if (uv_ip6_addr(host, 0, (struct sockaddr_in6 *)ss) == 0) {
     *len = sizeof(struct sockaddr_in6);
     return 0;
   }
-  return -EINVAL;
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+  struct addrinfo *res = NULL;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return -EINVAL;
+  memcpy(ss, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return 0;
+}
+
+static void set_port(struct sockaddr_storage *ss, uint16_t port) {
+  if (ss->ss_family == AF_INET)
+    ((struct sockaddr_in *)ss)->sin_port = htons(port);
+  else
+    ((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
 }
 
 static uint16_t bound_port(int fd) {
@@ -288,10 +306,9 @@ static uint16_t bound_port(int fd) {
 /* Binds loop l's listener on *port (0 = pick one, then written back). */
 static int loop_listen(net_loop *l, uint16_t *port) {
   const qim_net_config *cfg = &l->net->cfg;
-  struct sockaddr_storage ss;
-  socklen_t len;
-  int fd = -1, rc = make_addr(cfg, *port, &ss, &len);
-  if (rc == 0) rc = listen_socket((struct sockaddr *)&ss, len, cfg->backlog, &fd);
+  struct sockaddr_storage ss = l->net->addr;
+  set_port(&ss, *port);
+  int fd = -1, rc = listen_socket((struct sockaddr *)&ss, l->net->addr_len, cfg->backlog, &fd);
   if (rc) return rc;
   if (*port == 0) *port = bound_port(fd);
   if ((rc = uv_tcp_open(&l->listener, fd)) != 0) {
@@ -349,9 +366,7 @@ static void loop_teardown(net_loop *l) {
 /* ---- server ---------------------------------------------------------------------------------- */
 
 static int check_config(const qim_net_config *cfg) {
-  struct sockaddr_storage ss;
-  socklen_t len;
-  if (!cfg->host || make_addr(cfg, 0, &ss, &len) != 0) return -EINVAL;
+  if (!cfg->host) return -EINVAL;
   if (cfg->threads > MAX_LOOPS || !cfg->ws_path || cfg->ws_path[0] != '/') return -EINVAL;
   if (!cfg->handshake_timeout || !cfg->close_timeout || !cfg->max_header || !cfg->max_message)
     return -EINVAL;
@@ -364,7 +379,12 @@ int qim_net_new(const qim_net_config *cfg, const qim_net_handler *handler, qim_n
   *out = NULL;
   int rc = check_config(cfg);
   if (rc) return rc;
+  struct sockaddr_storage addr;
+  socklen_t addr_len;
+  if (resolve_host(cfg->host, &addr, &addr_len) != 0) return -EINVAL;
   qim_net *net = qim_calloc(1, sizeof *net);
+  net->addr = addr;
+  net->addr_len = addr_len;
   net->cfg = *cfg;
   net->host = qim_strdup(cfg->host);
   net->ws_path = qim_strdup(cfg->ws_path);
@@ -427,6 +447,8 @@ int qim_net_start(qim_net *net) {
   net->nloops = n;
   net->port = port;
   atomic_store(&net->running, true);
+  QIM_LOGI(NULL, "gateway.listening", "host=%s port=%u loops=%u ws_path=%s", net->host, port, n,
+           net->ws_path);
   return 0;
 }
 

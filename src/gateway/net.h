@@ -43,7 +43,7 @@ typedef struct qim_conn qim_conn;
 
 /* Configuration; start from qim_net_config_default(). Times are milliseconds. */
 typedef struct qim_net_config {
-  const char *host;           /* listen address, IPv4 or IPv6 literal ("0.0.0.0") */
+  const char *host;           /* listen address: IPv4/IPv6 literal or name ("0.0.0.0") */
   uint16_t port;              /* 0 = an ephemeral port, read back with qim_net_port() */
   unsigned threads;           /* I/O loops (1..256); 0 = number of cores */
   int backlog;                /* listen() backlog (511) */
@@ -133,8 +133,9 @@ typedef struct qim_net_stats {
 } qim_net_stats;
 
 /*
- * Creates a stopped server. `handler` is copied. Returns 0, or -EINVAL for a bad
- * configuration (threads > 256, zero limits, unparsable host, a relative ws_path).
+ * Creates a stopped server. `handler` is copied; cfg's strings are copied. A host name
+ * is resolved here (first getaddrinfo answer). Returns 0, or -EINVAL for a bad
+ * configuration (threads > 256, zero limits, unresolvable host, a relative ws_path).
  */
 int qim_net_new(const qim_net_config *cfg, const qim_net_handler *handler, qim_net **out);
 

@@ -21,6 +21,7 @@
 
 #include "gateway/net_int.h"
 #include "qim/err.h"
+#include "qim/log.h"
 #include "qim/mem.h"
 
 #define READBUF_SIZE (64 * 1024)
@@ -229,6 +230,10 @@ int qim__net_conn_queue(qim_conn *c, qim_ws_frame *f, bool limited) {
   if (limited && (c->out_bytes + (size - (size_t)off) > cfg->max_out_bytes ||
                   c->out_frames >= cfg->max_out_frames)) {
     STAT_ADD(c->loop, slow_consumers, 1);
+    char peer[64];
+    QIM_LOGW(NULL, "gateway.slow_consumer",
+             "conn=%016llx peer=%s queued_bytes=%zu queued_frames=%u", (unsigned long long)c->id,
+             qim_conn_peer_str(c, peer, sizeof peer), c->out_bytes, c->out_frames);
     qim__net_conn_abort(c, QIM_WS_CLOSE_POLICY, false);
     return -ENOBUFS;
   }
@@ -299,6 +304,11 @@ static void ws_input(qim_conn *c, char *data, size_t n) {
     return;
   }
   STAT_ADD(c->loop, protocol_errors, 1);
+  char peer[64];
+  /* Debug only: a misbehaving client is not the operator's problem, and could flood logs. */
+  qim_log(QIM_LOG_DEBUG, NULL, "gateway.protocol_error", "conn=%016llx peer=%s close=%u error=%s",
+          (unsigned long long)c->id, qim_conn_peer_str(c, peer, sizeof peer),
+          qim_ws_error_close_code(rc), qim_err_name(rc));
   begin_close(c, qim_ws_error_close_code(rc), NULL, true);
 }
 

@@ -8,6 +8,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/socket.h>
 
 #include "gateway/iplimit.h"
 #include "gateway/net.h"
@@ -79,7 +80,9 @@ typedef struct net_route {
 
 struct qim_net {
   qim_net_config cfg;
-  char *host, *ws_path; /* owned copies of the strings in cfg */
+  char *host, *ws_path;         /* owned copies of the strings in cfg */
+  struct sockaddr_storage addr; /* cfg.host resolved once, port still 0 */
+  socklen_t addr_len;
   qim_net_handler h;
   net_route *routes;
   size_t nroutes;

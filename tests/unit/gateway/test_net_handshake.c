@@ -187,6 +187,42 @@ static void test_peer_address_is_reported(void **state) {
   wsc_close(&c);
 }
 
+static void test_named_and_ipv6_hosts_are_served(void **state) {
+  (void)state;
+  tsrv_stop(&S);
+  qim_net_config cfg;
+  tsrv_config(&cfg);
+  cfg.host = "localhost"; /* resolved once by qim_net_new */
+  assert_int_equal(tsrv_start(&S, &cfg), 0);
+  assert_int_equal(tsrv_run(&S), 0);
+  wsc c;
+  assert_int_equal(wsc_upgrade(&c, S.port, "/v0/channels?apikey=good", NULL), 101);
+  wsc_close(&c);
+  tsrv_stop(&S);
+
+  cfg.host = "::1";
+  cfg.threads = 2;
+  assert_int_equal(tsrv_start(&S, &cfg), 0);
+  assert_int_equal(tsrv_run(&S), 0);
+  assert_int_equal(wsc_connect6(&c, S.port), 0);
+  const char req[] =
+      "GET /v0/channels?apikey=good HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+      "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " WSC_KEY "\r\n\r\n";
+  assert_int_equal(wsc_write(&c, req, strlen(req)), 0);
+  assert_int_equal(wsc_read_response(&c, 3000), 101);
+  char *r = roundtrip(&c, "peer");
+  assert_non_null(r);
+  assert_memory_equal(r, "[::1]:", 6);
+  free(r);
+  static const uint8_t v6lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  assert_int_equal(qim_net_ip_count(S.net, v6lo), 1);
+  wsc_close(&c);
+
+  qim_net *net;
+  cfg.host = "no-such-host.invalid";
+  assert_int_equal(qim_net_new(&cfg, NULL, &net), -EINVAL);
+}
+
 static void test_slowloris_upgrade_is_cut_at_the_deadline(void **state) {
   (void)state;
   tsrv_stop(&S);
@@ -378,6 +414,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_frame_sent_behind_the_request_is_delivered, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_peer_address_is_reported, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_named_and_ipv6_hosts_are_served, setup, teardown),
       cmocka_unit_test_setup_teardown(test_slowloris_upgrade_is_cut_at_the_deadline, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_per_ip_limit_answers_429, setup, teardown),

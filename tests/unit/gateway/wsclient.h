@@ -53,6 +53,17 @@ static inline int wsc_connect(wsc *c, uint16_t port) {
   return 0;
 }
 
+/* Like wsc_connect, to [::1]. */
+static inline int wsc_connect6(wsc *c, uint16_t port) {
+  memset(c, 0, sizeof *c);
+  c->fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c->fd < 0) return -errno;
+  struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
+  sa.sin6_addr = in6addr_loopback;
+  if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0) return -errno;
+  return 0;
+}
+
 static inline void wsc_close(wsc *c) {
   if (c->fd >= 0) close(c->fd);
   c->fd = -1;
