@@ -6,13 +6,15 @@
 #                message at a time); BENCH_DIR must be on a real disk (default /tmp), never tmpfs
 #   make bench-commit  sends/s through the full commit on SQLite, concurrent senders, then with
 #                10% duplicate retries (bench/commit.c; BENCH_ARGS e.g. "--senders 16")
+#   make bench-history  p50/p99 of a 50-message history page from a 1,000,000-message conversation
+#                (bench/history.c; BENCH_DIR on a real disk, default /tmp; BENCH_ARGS e.g. "--strict")
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
 # Sub-makes run by cmake --build need not announce every directory.
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean bench-store bench-commit
+.PHONY: deps build san run test test-gcc test-san clean bench-store bench-commit bench-history
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
 
@@ -48,6 +50,8 @@ bench-store: build
 
 bench-commit: build
 	TMPDIR=$(BENCH_DIR) ./build/bench/qim-bench-commit $(BENCH_ARGS)
+bench-history: build
+	./build/bench/qim-bench-history $(BENCH_DIR) $(BENCH_ARGS)
 
 clean:
 	rm -rf build build-san

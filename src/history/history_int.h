@@ -57,6 +57,11 @@ enum { QIM__NEED_READ = 0, QIM__NEED_CURRENT = 1 };
  * `need` is QIM__NEED_CURRENT. HistoryAccessDenied otherwise. On error *v owns nothing. */
 int qim__history_view(qim_history *h, const qim_authenticated_actor *actor, qim_conversation_id conv, int need,
                       qim__view *v);
+/* The same, with the record query `also` run at the same moment (its req is set here; its
+ * outcome is in also->req.status and its outputs, which the caller owns when 0 — also
+ * when the view is refused). */
+int qim__history_view_and(qim_history *h, const qim_authenticated_actor *actor, qim_conversation_id conv, int need,
+                          qim_store_record_query_req *also, qim__view *v);
 void qim__view_free(qim__view *v);
 
 /* A store status in this module's vocabulary: -EAGAIN → QIM_AGAIN; domain codes pass;

@@ -55,6 +55,67 @@ static void page_frame(const qim__view *v, qim_history_page *out) {
   qim_conversation_seq earliest = (v->low > floor ? v->low : floor) + 1;
   out->latest_conversation_seq = v->conv.latest_seq;
   out->earliest_available_conversation_seq = earliest > v->high + 1 ? v->high + 1 : earliest;
+  /* The query may have seen messages committed after the conversation row was read. */
+  for (size_t i = 0; i < out->record_count; i++)
+    if (out->records[i].coordinates.conversation_seq > out->latest_conversation_seq)
+      out->latest_conversation_seq = out->records[i].coordinates.conversation_seq;
+}
+
+/* Keeps the records of `q` inside the caller's window. Returns false when rows at the
+ * start of the page were outside it while more rows exist (the page must be read again
+ * with the real window); rows outside at the end mean nothing visible lies beyond. */
+static bool clip_to_window(const qim__view *v, qim_store_record_query_req *q, qim_history_page *out) {
+  qim_conversation_seq high = v->member.has_left_at ? v->member.left_at : UINT64_MAX;
+  bool older = q->direction == QIM_HISTORY_DIRECTION_OLDER;
+  size_t k = 0;
+  bool head_cut = false, tail_cut = false;
+  for (size_t i = 0; i < q->out_count; i++) {
+    qim_conversation_seq s = q->out_records[i].coordinates.conversation_seq;
+    bool above = s > high, below = s <= v->low;
+    if (!above && !below) {
+      q->out_records[k++] = q->out_records[i];
+      continue;
+    }
+    qim_message_record_free(&q->out_records[i]);
+    if (k == 0 && (older ? above : below))
+      head_cut = true;
+    else
+      tail_cut = true;
+  }
+  out->records = q->out_records;
+  out->record_count = k;
+  out->has_more = q->out_has_more && !tail_cut;
+  return !(head_cut && q->out_has_more);
+}
+
+/*
+ * One page: the view and the store query run at the same moment (one round trip), the
+ * query speculatively over the widest window, then clipped to the caller's real window
+ * (joined_at, left_at]. Nothing is returned when the view refuses the caller. In the rare
+ * case the clip removed the start of a page that had more, it is read again exactly.
+ */
+static int read_page(qim_history *h, const qim_authenticated_actor *a, qim_conversation_id conv,
+                     const qim_store_seq_range *r, size_t n, qim_history_direction dir, bool skip_deleted,
+                     uint32_t items, uint32_t bytes, qim__view *v, qim_history_page *out) {
+  if (n == 0) return qim__history_view(h, a, conv, QIM__NEED_READ, v);
+  qim_store_record_query_req q = {.tenant_id = a->tenant_id, .conversation_id = conv, .viewer = a->user_id,
+                                  .window_high = SEQ_OPEN, .ranges = r, .range_count = n, .direction = dir,
+                                  .skip_deleted = skip_deleted, .max_items = items, .max_bytes = bytes};
+  int rc = qim__history_view_and(h, a, conv, QIM__NEED_READ, &q, v);
+  if (rc == 0 && q.req.status) {
+    qim__view_free(v);
+    return qim__history_store_error(q.req.status);
+  }
+  if (rc) {
+    if (q.req.status == 0) qim__records_free(q.out_records, q.out_count);
+    return rc;
+  }
+  if (clip_to_window(v, &q, out)) return 0;
+  qim__records_free(out->records, out->record_count);
+  memset(out, 0, sizeof *out);
+  rc = run_query(h, a, v, r, n, dir, skip_deleted, items, bytes, out);
+  if (rc) qim__view_free(v);
+  return rc;
 }
 
 /* ---- HistoryQuery ----------------------------------------------------------------------- */
@@ -62,22 +123,22 @@ static void page_frame(const qim__view *v, qim_history_page *out) {
 int qim_history_read(qim_history *h, const qim_history_query *q, qim_history_page *out) {
   if (!h || !q || !out) return -EINVAL;
   memset(out, 0, sizeof *out);
-  qim__view v;
-  int rc = qim__history_view(h, &q->actor, q->conversation_id, QIM__NEED_READ, &v);
-  if (rc) return rc;
-  page_frame(&v, out);
-  if (q->anchor != 0 && q->anchor <= v.conv.retention_floor) {
-    qim__view_free(&v);
-    return qim_err_raise(QIM_E_MESSAGE_STORE_HISTORY_UNAVAILABLE);
-  }
   qim_store_seq_range r;
   if (q->direction == QIM_HISTORY_DIRECTION_OLDER)
-    r = (qim_store_seq_range){v.low + 1, q->anchor ? q->anchor : v.high + 1};
+    r = (qim_store_seq_range){1, q->anchor && q->anchor < SEQ_OPEN ? q->anchor : SEQ_OPEN};
   else
-    r = (qim_store_seq_range){(q->anchor > v.low ? q->anchor : v.low) + 1, v.high + 1};
+    r = (qim_store_seq_range){q->anchor + 1, SEQ_OPEN};
   uint32_t items = clamp(q->max_items, h->cfg.page_default_items, h->cfg.page_max_items);
   uint32_t bytes = clamp(q->max_bytes, h->cfg.page_max_bytes, h->cfg.page_max_bytes);
-  if (r.low < r.hi) rc = run_query(h, &q->actor, &v, &r, 1, q->direction, false, items, bytes, out);
+  qim__view v;
+  int rc = read_page(h, &q->actor, q->conversation_id, &r, r.low < r.hi, q->direction, false, items, bytes, &v, out);
+  if (rc) return rc;
+  if (q->anchor != 0 && q->anchor <= v.conv.retention_floor) {
+    qim_history_page_free(out);
+    rc = qim_err_raise(QIM_E_MESSAGE_STORE_HISTORY_UNAVAILABLE);
+  } else {
+    page_frame(&v, out);
+  }
   qim__view_free(&v);
   return rc;
 }
@@ -120,18 +181,15 @@ int qim_history_get_data(qim_history *h, const qim_history_get *g, qim_history_p
   size_t n;
   int rc = get_intervals(h, g, &r, &n);
   if (rc) return rc;
-  qim__view v;
-  rc = qim__history_view(h, &g->actor, g->conversation_id, QIM__NEED_READ, &v);
-  if (rc) {
-    qim_free(r);
-    return rc;
-  }
-  page_frame(&v, out);
   uint32_t limit = clamp(g->limit, h->cfg.get_default_limit, h->cfg.get_max_limit);
-  if (n) rc = run_query(h, &g->actor, &v, r, n, QIM_HISTORY_DIRECTION_OLDER, true, limit, h->cfg.page_max_bytes, out);
+  qim__view v;
+  rc = read_page(h, &g->actor, g->conversation_id, r, n, QIM_HISTORY_DIRECTION_OLDER, true, limit,
+                 h->cfg.page_max_bytes, &v, out);
   qim_free(r);
+  if (rc) return rc;
+  page_frame(&v, out);
   qim__view_free(&v);
-  return rc;
+  return 0;
 }
 
 /* ---- {data} ----------------------------------------------------------------------------------- */

@@ -154,11 +154,9 @@ static int query_take(qim_store_record_query_req *r, sqlite3_stmt *st, query_acc
 static int query_interval(sq_conn *c, qim_store_record_query_req *r, qim_store_seq_range iv,
                           query_acc *acc) {
   bool older = r->direction == QIM_HISTORY_DIRECTION_OLDER;
-#define QUERY_SQL(order)                                                                    \
-  "SELECT state, size, body FROM records r WHERE tenant=?1 AND conv=?2 AND seq >= ?3"       \
-  " AND seq < ?4 AND (?5 = 0 OR state NOT IN (1, 3)) AND NOT EXISTS (SELECT 1 FROM dellog d" \
-  " WHERE d.tenant=?1 AND d.conv=?2 AND d.for_user=?6 AND d.low <= r.seq AND d.hi > r.seq)" \
-  " ORDER BY seq " order
+#define QUERY_SQL(order)                                                              \
+  "SELECT state, size, body FROM records WHERE tenant=?1 AND conv=?2 AND seq >= ?3" \
+  " AND seq < ?4 AND (?5 = 0 OR state NOT IN (1, 3)) ORDER BY seq " order
   sqlite3_stmt *st = sq_prep(c, older ? QUERY_SQL("DESC") : QUERY_SQL("ASC"));
 #undef QUERY_SQL
   if (!st) return sq_last_error(c);
@@ -166,23 +164,82 @@ static int query_interval(sq_conn *c, qim_store_record_query_req *r, qim_store_s
   sq_bind_u64(st, 3, iv.low);
   sq_bind_u64(st, 4, iv.hi);
   sqlite3_bind_int(st, 5, r->skip_deleted);
-  sq_bind_u128(st, 6, r->viewer.v);
   int rc;
   while (!acc->full && (rc = sq_step(c, st)) == 1)
     if ((rc = query_take(r, st, acc))) return rc;
   return acc->full ? 0 : rc;
 }
 
+/* The viewer's own soft deletes overlapping [lo, hi), sorted and merged. Read once per
+ * query (one index range scan) rather than as a correlated subquery per row, which costs
+ * a scan of the viewer's ranges for every row returned. */
+static int hidden_ranges(sq_conn *c, const qim_store_record_query_req *r, uint64_t lo, uint64_t hi,
+                         qim_store_seq_range **out, size_t *count) {
+  *out = NULL;
+  *count = 0;
+  sqlite3_stmt *st = sq_prep(c, "SELECT low, hi FROM dellog WHERE tenant=? AND conv=? AND for_user=?"
+                                " AND low < ? AND hi > ?");
+  if (!st) return sq_last_error(c);
+  bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_u128(st, 3, r->viewer.v);
+  sq_bind_u64(st, 4, hi);
+  sq_bind_u64(st, 5, lo);
+  qim_store_seq_range *v = NULL;
+  size_t n = 0, cap = 0;
+  int rc;
+  while ((rc = sq_step(c, st)) == 1) {
+    if (n == cap) v = qim_realloc(v, (cap = cap ? cap * 2 : 16) * sizeof *v);
+    v[n++] = (qim_store_seq_range){sq_col_u64(st, 0), sq_col_u64(st, 1)};
+  }
+  if (rc < 0) {
+    qim_free(v);
+    return rc;
+  }
+  if (n) qsort(v, n, sizeof *v, cmp_range);
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (m && v[i].low <= v[m - 1].hi) {
+      if (v[i].hi > v[m - 1].hi) v[m - 1].hi = v[i].hi;
+    } else {
+      v[m++] = v[i];
+    }
+  }
+  *out = v;
+  *count = m;
+  return 0;
+}
+
+/* iv minus h (both ascending, disjoint): the seqs the viewer has not hidden. */
+static size_t intervals_minus(const qim_store_seq_range *iv, size_t n, const qim_store_seq_range *h, size_t m,
+                              qim_store_seq_range **out) {
+  qim_store_seq_range *v = qim_malloc((n + m + 1) * sizeof *v);
+  size_t k = 0, j = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t at = iv[i].low;
+    while (j < m && h[j].hi <= at) j++;
+    for (size_t t = j; t < m && h[t].low < iv[i].hi; t++) {
+      if (h[t].low > at) v[k++] = (qim_store_seq_range){at, h[t].low};
+      if (h[t].hi > at) at = h[t].hi;
+    }
+    if (at < iv[i].hi) v[k++] = (qim_store_seq_range){at, iv[i].hi};
+  }
+  *out = v;
+  return k;
+}
+
 static int record_query_exec(sq_conn *c, qim_store_req *base) {
   qim_store_record_query_req *r = (void *)base;
-  qim_store_seq_range *iv;
-  size_t n = query_intervals(r, &iv);
+  qim_store_seq_range *iv, *hidden = NULL, *visible = NULL;
+  size_t n = query_intervals(r, &iv), m = 0, k = 0;
+  int rc = n ? hidden_ranges(c, r, iv[0].low, iv[n - 1].hi, &hidden, &m) : 0;
+  if (rc == 0) k = intervals_minus(iv, n, hidden, m, &visible);
   query_acc acc = {0};
   bool older = r->direction == QIM_HISTORY_DIRECTION_OLDER;
-  int rc = 0;
-  for (size_t i = 0; rc == 0 && !acc.full && i < n; i++)
-    rc = query_interval(c, r, iv[older ? n - 1 - i : i], &acc);
+  for (size_t i = 0; rc == 0 && !acc.full && i < k; i++)
+    rc = query_interval(c, r, visible[older ? k - 1 - i : i], &acc);
   qim_free(iv);
+  qim_free(hidden);
+  qim_free(visible);
   return rc;
 }
 
@@ -334,7 +391,7 @@ static int expire_exec(sq_conn *c, qim_store_req *base) {
   size_t n = 0, cap = 0;
   int rc = expire_collect(c, r, &v, &n);
   if (rc) return rc;
-  qsort(v, n, sizeof *v, victim_cmp);
+  if (n) qsort(v, n, sizeof *v, victim_cmp);
   for (size_t i = 0; rc == 0 && i < n; i++) {
     rc = change_record(c, r->tenant_id, v[i].conv, v[i].seq, QIM_MESSAGE_STATE_DELETED, true, r->now);
     bool last_of_conv = i + 1 == n || !qim_u128_eq(v[i + 1].conv.v, v[i].conv.v);

@@ -130,7 +130,7 @@ HX_FN qim_client_message_id hx_cmid(uint64_t n) {
 /* Publishes through the history; head/content are JSON texts (head NULL = none). */
 HX_FN int hx_pub_json(hx *x, uint64_t g, uint64_t sender, const char *head, const char *content,
                       qim_history_pub_result *out) {
-  json_t *h = head ? json_loads(head, 0, NULL) : NULL;
+  json_t *h = head ? json_loads(head, JSON_DECODE_ANY, NULL) : NULL;
   json_t *c = json_loads(content, JSON_DECODE_ANY, NULL);
   assert_non_null(c);
   qim_history_pub p = {.actor = hx_actor(sender), .conversation_id = hx_conv(g),

@@ -115,6 +115,15 @@ static void test_a_member_who_left_reads_up_to_its_departure(void **state) {
   assert_int_equal(p.record_count, 5);
   assert_int_equal(p.latest_conversation_seq, 8);
   qim_history_page_free(&p);
+  /* a small page from the latest starts above the departure: read again within the window */
+  hx_pub_many(x, 1, 1, 10);
+  hq.max_items = 3;
+  assert_int_equal(qim_history_read(x->history, &hq, &p), 0);
+  assert_int_equal(p.record_count, 3);
+  assert_int_equal(p.records[0].coordinates.conversation_seq, 5);
+  assert_int_equal(p.records[2].coordinates.conversation_seq, 3);
+  assert_true(p.has_more);
+  qim_history_page_free(&p);
 }
 
 static void test_soft_deletes_are_filtered_per_user(void **state) {
@@ -211,6 +220,21 @@ static void test_earliest_available_follows_the_join(void **state) {
   assert_int_equal(qim_history_read(x->history, &q, &p), 0);
   assert_int_equal(p.earliest_available_conversation_seq, 7);
   assert_int_equal(p.record_count, 2);
+  qim_history_page_free(&p);
+  /* newer from the beginning, one at a time: the first visible one, and more after it */
+  q.direction = QIM_HISTORY_DIRECTION_NEWER;
+  q.max_items = 1;
+  assert_int_equal(qim_history_read(x->history, &q, &p), 0);
+  assert_int_equal(p.record_count, 1);
+  assert_int_equal(p.records[0].coordinates.conversation_seq, 7);
+  assert_true(p.has_more);
+  qim_history_page_free(&p);
+  /* older across the join: what lies below is not "more" */
+  q.direction = QIM_HISTORY_DIRECTION_OLDER;
+  q.max_items = 5;
+  assert_int_equal(qim_history_read(x->history, &q, &p), 0);
+  assert_int_equal(p.record_count, 2);
+  assert_false(p.has_more);
   qim_history_page_free(&p);
 }
 
