@@ -8,7 +8,7 @@
 const { scaled } = require('./harness');
 
 const TS_KEYS = new Set(['ts', 'touched', 'updated', 'created', 'when', 'deleted', 'expires']);
-const NUM_KEYS = new Set(['seq', 'read', 'recv', 'clear', 'count', 'del', 'unread', 'subcnt', 'code', 'low', 'hi']);
+const NUM_KEYS = new Set(['seq', 'read', 'recv', 'clear', 'count', 'unread', 'subcnt', 'code', 'low', 'hi']);
 const UID_KEYS = new Set(['user', 'from', 'act', 'tgt']);
 // Application JSON: anything goes inside these.
 const OPAQUE_KEYS = new Set(['content', 'public', 'private', 'trusted', 'head', 'payload', 'aux']);
@@ -53,7 +53,8 @@ function walk(obj, where, out) {
         out.push(`${at} = ${JSON.stringify(v)} is not a 20–24 character RFC 3339 UTC timestamp`);
       continue;
     }
-    if (NUM_KEYS.has(k)) {
+    // `del` is a number in ctrl.params (the delete id) and an object in meta.
+    if (NUM_KEYS.has(k) || (k === 'del' && where.endsWith('.params'))) {
       if (!Number.isInteger(v) || v < 0) out.push(`${at} = ${JSON.stringify(v)} is not a non-negative JSON integer`);
       continue;
     }
@@ -87,10 +88,13 @@ class FrameLog {
 
   push(raw) {
     let msg = null;
-    try {
-      msg = JSON.parse(raw);
-    } catch (_) {
-      if (raw !== '0') this.onProblem && this.onProblem(`${this.label}: frame is not JSON: ${raw.slice(0, 80)}`);
+    // "0" is the probe answer, the one frame that is not a JSON object.
+    if (raw !== '0') {
+      try {
+        msg = JSON.parse(raw);
+      } catch (_) {
+        this.onProblem && this.onProblem(`${this.label}: frame is not JSON: ${raw.slice(0, 80)}`);
+      }
     }
     if (msg !== null) {
       for (const p of frameProblems(msg)) this.onProblem && this.onProblem(`${this.label}: ${p} in ${raw.slice(0, 300)}`);

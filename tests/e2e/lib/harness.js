@@ -384,17 +384,20 @@ class Suite {
         passed++;
         console.log(`ok ${i + 1} - ${t.name} (${ms})`);
       }
+      // A test that failed may have crashed qimd: give the exit a moment to show up.
+      if (res.error && !server.external && !server.exit) await Promise.race([server.exited, sleep(300)]);
       if (server.exit && !server.stopping) {
         failed.push('qimd stays up');
-        console.log(`not ok - qimd exited during "${t.name}" (${describeExit(server.exit)})`);
+        console.log(`not ok - qimd exited during "${t.name}" (${describeExit(server.exit)}); the remaining tests were not run`);
         break;
       }
     }
 
     if (!server.external) {
+      const crashed = !!server.exit;
       const exit = await server.stop();
       const clean = exit && exit.code === 0 && !server.killedHard;
-      if (!clean) {
+      if (!clean && !crashed) {
         failed.push('qimd stops cleanly');
         console.log(`not ok - qimd stops cleanly on SIGTERM (${server.killedHard ? 'needed SIGKILL' : describeExit(exit)})`);
       }
@@ -434,6 +437,7 @@ class Suite {
       await withTimeout(Promise.resolve().then(() => t.fn(ctx)), scaled(t.timeout), `test "${t.name}"`);
       if (ctx.problems.length) {
         error = new Error(`frames broke protocol invariants:\n  ${ctx.problems.slice(0, 20).join('\n  ')}`);
+        error.stack = error.message;
       }
     } catch (err) {
       error = err;

@@ -42,8 +42,8 @@ class RawClient {
     });
     ctx.cleanup(() => this.close());
     ctx.dump(() => {
-      const out = this.sent.slice(-15).map((s) => `  -> ${s.length > 300 ? s.slice(0, 300) + '…' : s}`);
-      return `${this.log.tail(25)}\nframes sent by ${label} (last 15):\n${out.join('\n')}`;
+      const out = this.sent.slice(-8).map((s) => `  -> ${s.length > 300 ? s.slice(0, 300) + '…' : s}`);
+      return `${this.log.tail(12)}\nframes sent by ${label} (last 8):\n${out.join('\n')}`;
     });
   }
 

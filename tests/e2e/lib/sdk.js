@@ -38,6 +38,9 @@ class SdkClient {
     const conn = this.tn._connection;
     const sendText = conn.sendText.bind(conn);
     conn.sendText = (text) => {
+      // After close() the SDK's own timers (the automatic {note recv} 100 ms after new
+      // data) may still fire; they must not throw "Websocket is not connected".
+      if (this.closing) return;
       this.sent.push(text);
       return sendText(text);
     };
@@ -46,8 +49,8 @@ class SdkClient {
     this.token = null;
     ctx.cleanup(() => this.close());
     ctx.dump((verbose) => {
-      const out = this.sent.slice(verbose ? 0 : -15).map((s) => `  -> ${s.length > 300 ? s.slice(0, 300) + '…' : s}`);
-      return `${this.log.tail(verbose ? 1000 : 25)}\nframes sent by ${label}${verbose ? '' : ' (last 15)'}:\n${out.join('\n')}`;
+      const out = this.sent.slice(verbose ? 0 : -8).map((s) => `  -> ${s.length > 300 ? s.slice(0, 300) + '…' : s}`);
+      return `${this.log.tail(verbose ? 1000 : 12)}\nframes sent by ${label}${verbose ? '' : ' (last 8)'}:\n${out.join('\n')}`;
     });
   }
 
@@ -65,7 +68,9 @@ class SdkClient {
   }
 
   close() {
+    this.closing = true;
     this.tn.onDisconnect = null;
+    this.tn.mapTopics((t) => clearTimeout(t._recvNotificationTimer));
     this.tn.disconnect();
   }
 
