@@ -364,11 +364,21 @@ test('history: since/before/limit, ranges, getMessagesPage, withEarlierData', as
   await ft.getMeta(ft.startMetaQuery().withEarlierData(5).build());
   await settle();
   assert.deepEqual(fresh.shown(name), range(6, 31), 'withEarlierData(5) adds 6..10');
-  // withLaterData after a new message.
+  // A live message lands in the pager's cache too.
   const seq = await publish(a, name, 'm31');
   await received(fresh, name, seq);
-  h = await history(fresh, name, ft.startMetaQuery().withData(29).build());
-  assert.deepEqual(h.seqs, [29, 30, 31]);
+  assert.deepEqual(fresh.shown(name), range(6, 32));
+  // withLaterData asks for since=maxSeq+1: a session that has 1..10 gets 11..31.
+  const later = await tokenSession(ctx, b, 'bob-later');
+  const lt = later.topic(name);
+  const lm = later.mark();
+  await lt.subscribe(lt.startMetaQuery().withDesc().build());
+  await later.wait('meta', (x) => x.topic === name && x.desc, { since: lm });
+  h = await history(later, name, lt.startMetaQuery().withData(1, 11).build());
+  assert.deepEqual(h.seqs, range(1, 11));
+  h = await history(later, name, lt.startMetaQuery().withLaterData(24).build());
+  assert.deepEqual(h.seqs, range(11, 32), 'withLaterData(24) after 1..10');
+  assert.deepEqual(later.shown(name), range(1, 32));
 }, { timeout: 30000 });
 
 // ---------------------------------------------------------------------------------------

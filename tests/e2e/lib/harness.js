@@ -355,6 +355,19 @@ class Suite {
       if (server && server.stderrText) printStderr(server);
       process.exit(1);
     }
+    // Whatever ends this process, qimd must not outlive it.
+    process.on('exit', () => {
+      if (server.proc && !server.exit) server.proc.kill('SIGKILL');
+    });
+    process.on('uncaughtException', (err) => {
+      console.log(`not ok - uncaught exception (a bug in the test or the SDK): ${formatError(err)}`);
+      if (!server.external) {
+        printStderr(server);
+        if (!server.exit) server.proc.kill('SIGKILL');
+        if (process.env.QIM_E2E_KEEP !== '1') server.removeDir();
+      }
+      process.exit(1);
+    });
     let stopping = false;
     const onSignal = async (sig) => {
       if (stopping) return;
