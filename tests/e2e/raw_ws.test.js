@@ -139,6 +139,38 @@ test('order: before login 401 with the id for sub/pub/get/leave/del; a note gets
   assert.equal(e.msg && e.msg.ctrl && e.msg.ctrl.id, 'after-note', 'the note was dropped silently');
 });
 
+test('bad requests: get with no known what 400; del beyond the last seq 400; leave unsub me 403', async (ctx) => {
+  const { a, grp } = await pair(ctx);
+  assert.equal((await a.pub(grp, 'one')).code, 202);
+  const get = await a.request('get', { topic: grp, what: 'bogus words' });
+  assert.equal(get.code, 400, 'get whose what names nothing known');
+  const del = await a.request('del', { topic: grp, what: 'msg', delseq: [{ low: 5 }] });
+  assert.equal(del.code, 400, 'deleting a seq above the last one');
+  const del0 = await a.request('del', { topic: grp, what: 'msg', delseq: [{ low: 0 }] });
+  assert.equal(del0.code, 400, 'deleting seq 0');
+  assert.equal((await a.request('sub', { topic: 'me' })).code, 200);
+  const leave = await a.request('leave', { topic: 'me', unsub: true });
+  assert.equal(leave.code, 403, 'unsubscribing from me');
+});
+
+test('notes: a read beyond the last seq is dropped; a note on a topic left gets 409 without id', async (ctx) => {
+  const { a, b, grp } = await pair(ctx);
+  const mb = b.mark();
+  assert.equal((await a.pub(grp, 'read me')).code, 202);
+  await b.wait('data', (d) => d.topic === grp && d.seq === 1, { since: mb });
+  const ma = a.mark();
+  b.send({ note: { topic: grp, what: 'read', seq: 99 } });
+  b.send({ note: { topic: grp, what: 'read', seq: 1 } });
+  const info = await a.wait('info', (i) => i.topic === grp, { since: ma, what: 'info read' });
+  assert.deepEqual([info.what, info.from, info.seq], ['read', b.uid, 1], 'only the valid note was relayed');
+  assert.equal((await b.request('leave', { topic: grp })).code, 200);
+  const m = b.mark();
+  b.send({ note: { topic: grp, what: 'read', seq: 1 } });
+  const ctrl = await b.wait('ctrl', null, { since: m, what: 'the answer to a note on a topic the session left' });
+  assert.equal(ctrl.code, 409);
+  assert.equal(ctrl.id, undefined);
+});
+
 test('oversized {pub}: ctrl 413 with the id; the connection stays usable', async (ctx) => {
   const { a, b, grp } = await pair(ctx);
   const hi = a.log.filter((x) => x.ctrl && x.ctrl.code === 201)[0].msg.ctrl;

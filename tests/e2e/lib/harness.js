@@ -351,8 +351,8 @@ class Suite {
     try {
       server = await this._startServer(opts);
     } catch (err) {
+      // _startServer has printed qimd's stderr already.
       console.log(`not ok - ${this.name}: start qimd: ${err.message}`);
-      if (server && server.stderrText) printStderr(server);
       process.exit(1);
     }
     // Whatever ends this process, qimd must not outlive it.
@@ -431,6 +431,7 @@ class Suite {
       `# ${this.name}: ${passed} passed, ${failed.length} failed` + (skipped ? `, ${skipped} not selected` : '') + ` (${secs} s)`,
     );
     if (failed.length) console.log(`# failed: ${failed.join('; ')}`);
+    if (unhandled.length) console.log(`# ${unhandled.length} unhandled rejection(s) inside the SDK ignored (--verbose shows them)`);
     process.exit(failed.length ? 1 : 0);
   }
 
