@@ -352,7 +352,7 @@ class Suite {
       server = await this._startServer(opts);
     } catch (err) {
       // _startServer has printed qimd's stderr already.
-      console.log(`not ok - ${this.name}: start qimd: ${err.message}`);
+      console.log(`not ok - ${this.name}: ${opts.server ? 'reach the server' : 'start qimd'}: ${err.message}`);
       process.exit(1);
     }
     // Whatever ends this process, qimd must not outlive it.
@@ -436,7 +436,12 @@ class Suite {
   }
 
   async _startServer(opts) {
-    if (opts.server) return new ExternalServer(opts.server);
+    if (opts.server) {
+      const ext = new ExternalServer(opts.server);
+      const r = await probeUpgrade(ext.host, ext.port, scaled(5000));
+      if (r !== true) throw new Error(`no WebSocket upgrade at ws://${opts.server}/v0/channels: ${r}`);
+      return ext;
+    }
     const extra = this.options.qimdArgs || [];
     const q = new Qimd(findQimd(opts), extra);
     try {
