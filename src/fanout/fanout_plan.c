@@ -44,6 +44,11 @@ static size_t place_recipients(const qim_user_id *users, size_t count, qim_tenan
 static void dispatch_common(qim_group_dispatch *d, const qim_committed_envelope *env) {
   const qim_commit_intent *in = &env->intent;
   d->source_message = env->record.coordinates;
+  /* who sent it (dispatch encoding v2): the materializer needs the tenant for the lane hash,
+   * and the sender and cmid for MailboxEntry */
+  d->tenant_id = env->record.sender.tenant_id;
+  d->sender_id = env->record.sender.user_id;
+  d->client_message_id = env->record.client_message_id;
   d->membership_version =
       in->delivery.audience.kind == QIM_DELIVERY_AUDIENCE_GROUP_SNAPSHOT ? in->delivery.audience.group.membership_version : 0;
   qim_message_content_copy(&d->content, &env->record.content);
