@@ -64,6 +64,10 @@ typedef struct gw_attach {
   qim_conversation_id conv;
   char topic[QIM_TOPIC_NAME_CAP];
   uint32_t mode; /* effective access mode (want & given) when attached */
+  /* The conversation's latest seq when the session attached: messages up to it belong to
+   * history (the client fetches them), so a push of one still in the pipeline is not
+   * delivered live — as in Tinode, live {data} is what was published after the attach. */
+  qim_conversation_seq since;
 } gw_attach;
 
 /* One client message waiting for, or being, handled. */
@@ -106,7 +110,8 @@ void qim__gw_session_unref(gw_session *s);
 static inline bool qim__gw_session_open(const gw_session *s) { return s->conn != NULL; }
 gw_attach *qim__gw_session_attached(gw_session *s, qim_conversation_id conv);
 /* Attaches (or updates the mode of) a conversation; -ENOSPC over attach_max. */
-int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *topic, uint32_t mode);
+int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *topic, uint32_t mode,
+                          qim_conversation_seq since);
 void qim__gw_session_detach(gw_session *s, qim_conversation_id conv);
 /* Logs the session in as `user` of its tenant: indexes it and adds the mailbox route. */
 void qim__gw_session_login(gw_session *s, qim_user_id user);
@@ -144,6 +149,9 @@ typedef struct gw_out {
   size_t n, cap;
 } gw_out;
 void qim__gw_out_add(gw_out *o, char *buf, size_t len); /* takes buf; NULL (no memory) is skipped */
+/* Like qim__gw_out_add for a builder's result: `len` is read after the builder ran (a
+ * plain `add(o, build(&len), len)` reads len before, in an unspecified order). */
+static inline void qim__gw_out_built(gw_out *o, char *buf, const size_t *len) { qim__gw_out_add(o, buf, *len); }
 void qim__gw_out_ctrl(gw_out *o, const char *id, const char *topic, int code, const char *text,
                       json_t *params, uint64_t now);
 void qim__gw_out_fail(gw_out *o, const char *id, const char *topic, int rc, uint64_t now);

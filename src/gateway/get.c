@@ -52,7 +52,7 @@ static void me_desc(qim_gateway *g, const qim_authenticated_actor *a, const char
                               .touched_ms = ug.out.updated_at, .defacs = &defacs, .acs = &acs,
                               .public_data = pub, .private_data = priv};
     size_t len;
-    qim__gw_out_add(out, qim_proto_meta_desc(id, "me", now, &d, &len), len);
+    qim__gw_out_built(out, qim_proto_meta_desc(id, "me", now, &d, &len), &len);
     json_decref(pub);
     json_decref(priv);
   }
@@ -125,7 +125,7 @@ static void me_subs(qim_gateway *g, const qim_authenticated_actor *a, const char
     add_nothing(out, id, "me", "sub", now);
   } else {
     size_t len;
-    qim__gw_out_add(out, qim_proto_meta_sub(id, "me", now, subs, n, &len), len);
+    qim__gw_out_built(out, qim_proto_meta_sub(id, "me", now, subs, n, &len), &len);
   }
   json_decref(keep);
   qim_free(subs);
@@ -181,7 +181,7 @@ static void group_desc(qim_gateway *g, const qim_authenticated_actor *a, qim_con
       d.recv = (uint32_t)m.recv_seq;
     }
     size_t len;
-    qim__gw_out_add(out, qim_proto_meta_desc(id, topic, now, &d, &len), len);
+    qim__gw_out_built(out, qim_proto_meta_desc(id, topic, now, &d, &len), &len);
     json_decref(pub);
     json_decref(priv);
   }
@@ -253,7 +253,7 @@ static void group_subs(qim_gateway *g, const qim_authenticated_actor *a, qim_con
   if (n == 0)
     add_nothing(out, id, topic, "sub", now);
   else
-    qim__gw_out_add(out, qim_proto_meta_sub(id, topic, now, subs, n, &len), len);
+    qim__gw_out_built(out, qim_proto_meta_sub(id, topic, now, subs, n, &len), &len);
   json_decref(keep);
   qim_free(subs);
   qim_free(acs);
@@ -316,7 +316,7 @@ static void group_del(qim_gateway *g, const qim_authenticated_actor *a, qim_conv
       r[i].hi = page.ranges[i].hi == page.ranges[i].low + 1 ? 0 : (uint32_t)page.ranges[i].hi;
     }
     size_t len;
-    qim__gw_out_add(out, qim_proto_meta_del(id, topic, now, (uint32_t)page.clear, r, page.range_count, &len), len);
+    qim__gw_out_built(out, qim_proto_meta_del(id, topic, now, (uint32_t)page.clear, r, page.range_count, &len), &len);
     qim_free(r);
   }
   qim_history_del_page_free(&page);

@@ -106,7 +106,9 @@ static void deliver_message(gw_push *p, const qim_mailbox_entry *e, const qim_me
   bool own = qim_u128_eq(e->sender_id.v, e->user_id.v);
   for (size_t i = 0; i < n; i++) {
     gw_session *s = v[i];
-    if (qim__gw_session_attached(s, conv)) {
+    gw_attach *a = qim__gw_session_attached(s, conv);
+    if (a) {
+      if (e->coordinates.conversation_seq <= a->since) continue; /* history, not live */
       if (own && e->has_client_message_id && qim__gw_session_noecho(s, &e->client_message_id)) continue;
       send_frame(s, p->data, &g->st_data);
     } else if (s->me) {

@@ -36,7 +36,8 @@ gw_attach *qim__gw_session_attached(gw_session *s, qim_conversation_id conv) {
   return NULL;
 }
 
-int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *topic, uint32_t mode) {
+int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *topic, uint32_t mode,
+                          qim_conversation_seq since) {
   gw_attach *a = qim__gw_session_attached(s, conv);
   if (a) {
     a->mode = mode;
@@ -50,6 +51,7 @@ int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *
   a = &s->att[s->natt++];
   a->conv = conv;
   a->mode = mode;
+  a->since = since;
   snprintf(a->topic, sizeof a->topic, "%s", topic);
   qim__gw_index_add(&s->loop->by_conv, qim__gw_key(s->tenant, conv.v), s);
   return 0;

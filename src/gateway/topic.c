@@ -118,8 +118,10 @@ typedef struct sub_job {
   qim_conversation_id conv;
   char topic[QIM_TOPIC_NAME_CAP];
   char *public_json;
-  int rc;        /* 0: attach with `mode` */
-  uint32_t mode;
+  uint32_t want;   /* set.sub.mode: the mode the user asks for; QIM_MODE_UNSET = the default */
+  int rc;          /* 0: attach with `mode` */
+  uint32_t mode, want_out, given_out;
+  qim_conversation_seq latest; /* the conversation's seq when attaching (push.c skips older) */
 } sub_job;
 
 static void sub_destroy(gw_job *j) { qim_free(((sub_job *)j)->public_json); }
@@ -138,37 +140,75 @@ static int create_group(sub_job *b, qim_gateway *g, const gw_req *r) {
     rc = QIM_STORE_SYNC(g->d.store, conversations.update, &u);
     if (rc) QIM_LOGW(&r->trace, "gateway.group_public_failed", "topic=%s err=%s", b->topic, qim_err_name(rc));
   }
-  b->mode = qim_group_role_mode(QIM_GROUP_ROLE_OWNER);
+  b->mode = b->want_out = b->given_out = qim_group_role_mode(QIM_GROUP_ROLE_OWNER);
   QIM_LOGI(&r->trace, "gateway.group_created", "topic=%s owner=%s", b->topic, b->uname);
   return 0;
 }
 
-/* Joins (or re-attaches) the actor to b->conv; *fresh says whether it became a member now. */
-static int join_group(sub_job *b, qim_gateway *g, const gw_req *r, bool *fresh) {
-  *fresh = false;
+/* The user's own `want` (Tinode: {sub set:{sub:{mode}}}): stored as the member's want mode,
+ * so the effective mode is want & given. A change of the user's own row that the group
+ * rules leave to the user; the store makes it a new membership version. */
+static int apply_want(sub_job *b, qim_gateway *g, uint32_t given) {
+  qim_store_member_change ch = {.op = QIM_STORE_MEMBER_UPDATE, .user_id = b->actor.user_id,
+                                .role = QIM_GROUP_ROLE_MEMBER, .mode_want = b->want & QIM_MODE_BITS,
+                                .mode_given = given};
+  if (qim_group_role_from_mode(given, &ch.role) != 0) ch.role = QIM_GROUP_ROLE_MEMBER;
+  qim_store_members_change_req q = {.tenant_id = b->actor.tenant_id, .conversation_id = b->conv, .changes = &ch,
+                                    .change_count = 1, .member_limit = g->d.cfg->member_limit,
+                                    .now = qim__gw_now(g)};
+  return QIM_STORE_SYNC(g->d.store, conversations.members_change, &q);
+}
+
+/* Reads the actor's member row: 0 and *current when it is a current member. */
+static int own_row(sub_job *b, qim_gateway *g, bool *current, uint32_t *want, uint32_t *given) {
   qim_store_member_get_req mg = {.tenant_id = b->actor.tenant_id, .conversation_id = b->conv,
                                  .user_id = b->actor.user_id};
   int rc = QIM_STORE_SYNC(g->d.store, conversations.member_get, &mg);
   if (rc == 0 && mg.out.banned) rc = qim_err_raise(QIM_E_GROUP_PERMISSION_DENIED);
-  bool current = rc == 0 && !mg.out.has_left_at;
-  if (current) b->mode = mg.out.mode_want & mg.out.mode_given;
+  *current = rc == 0 && !mg.out.has_left_at;
+  *want = mg.out.mode_want;
+  *given = mg.out.mode_given;
   qim_store_member_free(&mg.out);
-  if (current || (rc && rc != -ENOENT)) return rc;
+  return rc == -ENOENT ? 0 : rc;
+}
+
+/* A live group the user may join by default; fills b->latest. */
+static int joinable(sub_job *b, qim_gateway *g, bool need_join) {
   qim_store_conv_get_req cg = {.tenant_id = b->actor.tenant_id, .conversation_id = b->conv};
-  rc = QIM_STORE_SYNC(g->d.store, conversations.get, &cg);
+  int rc = QIM_STORE_SYNC(g->d.store, conversations.get, &cg);
   if (rc == -ENOENT || (rc == 0 && (cg.out.kind != QIM_CONVERSATION_GROUP || cg.out.deleted)))
     rc = qim_err_raise(QIM_E_GROUP_NOT_FOUND);
-  else if (rc == 0 && !(cg.out.default_mode_auth & QIM_MODE_JOIN))
+  else if (rc == 0 && need_join && !(cg.out.default_mode_auth & QIM_MODE_JOIN))
     rc = qim_err_raise(QIM_E_GROUP_PERMISSION_DENIED);
+  if (rc == 0) b->latest = cg.out.latest_seq;
   qim_store_conversation_free(&cg.out);
+  return rc;
+}
+
+/* Joins (or re-attaches) the actor to b->conv; *fresh says whether its access changed. */
+static int join_group(sub_job *b, qim_gateway *g, const gw_req *r, bool *fresh) {
+  *fresh = false;
+  bool current;
+  uint32_t want, given;
+  int rc = own_row(b, g, &current, &want, &given);
+  if (rc == 0) rc = joinable(b, g, !current);
   if (rc) return rc;
-  qim_internal_principal p = {.service_name = GATEWAY_SERVICE, .subject = b->uname};
-  qim_admin_membership_change ch = {.group_id = {b->conv.v}, .add = &b->actor.user_id, .add_count = 1};
-  qim_group_change_result res;
-  rc = qim_group_admin_change(g->d.groups, &p, b->actor.tenant_id, &ch, &r->trace, &res);
-  if (rc) return rc;
-  *fresh = true;
-  b->mode = qim_group_role_mode(QIM_GROUP_ROLE_MEMBER);
+  if (!current) {
+    qim_internal_principal p = {.service_name = GATEWAY_SERVICE, .subject = b->uname};
+    qim_admin_membership_change ch = {.group_id = {b->conv.v}, .add = &b->actor.user_id, .add_count = 1};
+    qim_group_change_result res;
+    if ((rc = qim_group_admin_change(g->d.groups, &p, b->actor.tenant_id, &ch, &r->trace, &res))) return rc;
+    *fresh = true;
+    want = given = qim_group_role_mode(QIM_GROUP_ROLE_MEMBER);
+  }
+  if (b->want != QIM_MODE_UNSET && (b->want & QIM_MODE_BITS) != want) {
+    if ((rc = apply_want(b, g, given))) return rc;
+    want = b->want & QIM_MODE_BITS;
+    *fresh = true;
+  }
+  b->want_out = want;
+  b->given_out = given;
+  b->mode = want & given;
   return 0;
 }
 
@@ -190,7 +230,7 @@ static void sub_run(gw_job *j) {
     return;
   }
   json_t *params = NULL;
-  if (fresh) params = json_pack("{so}", "acs", acs_json(b->mode, b->mode));
+  if (fresh) params = json_pack("{so}", "acs", acs_json(b->want_out, b->given_out));
   if (b->create) json_object_set_new(params, "tmpname", json_string(r->msg.topic));
   qim__gw_out_ctrl(&j->out, r->msg.id, b->topic, 200, "ok", params, now);
   if (wants_get(r)) qim__gw_get_group(g, &b->actor, b->conv, b->topic, r->msg.id, &r->msg.u.sub.get, &j->out);
@@ -199,7 +239,8 @@ static void sub_run(gw_job *j) {
 static void sub_after(gw_job *j) {
   sub_job *b = (sub_job *)j;
   gw_session *s = j->req->s;
-  if (b->rc == 0 && qim__gw_session_open(s) && qim__gw_session_attach(s, b->conv, b->topic, b->mode) != 0) {
+  if (b->rc == 0 && qim__gw_session_open(s) &&
+      qim__gw_session_attach(s, b->conv, b->topic, b->mode, b->latest) != 0) {
     /* Cannot happen in practice: the limit was checked before the job. */
     QIM_LOGW(&j->req->trace, "gateway.attach_failed", "topic=%s", b->topic);
   }
@@ -226,6 +267,7 @@ static void sub_group(gw_req *r, bool create) {
     }
     b->actor = qim__gw_actor(s);
     snprintf(b->uname, sizeof b->uname, "%s", s->uname);
+    b->want = set->present && set->sub.present && !set->sub.user ? set->sub.mode : QIM_MODE_UNSET;
     b->create = create;
     b->conv = conv;
     snprintf(b->topic, sizeof b->topic, "%s", r->msg.topic);
