@@ -119,6 +119,38 @@ void qim__gw_hi(gw_req *r) {
   qim__gw_req_done(r);
 }
 
+/* ---- attempts per address ---------------------------------------------------------------------- */
+
+/*
+ * Password hashing costs tens of milliseconds of CPU, so acc and login attempts are
+ * limited per remote address (login_rate per second, bursts of login_burst) → 429. An
+ * address whose slot holds another address takes the slot over only when that bucket is
+ * full (idle); otherwise the two share it, which errs on the side of limiting.
+ */
+static bool attempt_allowed(gw_session *s) {
+  const qim_config *c = s->loop->gw->d.cfg;
+  const uint8_t *addr = qim_conn_peer_addr(s->conn);
+  uint64_t h = 1469598103934665603u;
+  for (int i = 0; i < 16; i++) h = (h ^ addr[i]) * 1099511628211u;
+  gw_rate *r = &s->loop->rate[h % GW_RATE_SLOTS];
+  uint64_t now = qim__gw_now(s->loop->gw);
+  double burst = c->login_burst;
+  if (r->used) {
+    double dt = now > r->at_ms ? (double)(now - r->at_ms) : 0;
+    r->tokens += dt * c->login_rate / 1000.0;
+    if (r->tokens > burst) r->tokens = burst;
+  }
+  if (!r->used || (memcmp(r->addr, addr, 16) != 0 && r->tokens >= burst)) {
+    memcpy(r->addr, addr, 16);
+    r->used = true;
+    r->tokens = burst;
+  }
+  r->at_ms = now;
+  if (r->tokens < 1) return false;
+  r->tokens -= 1;
+  return true;
+}
+
 /* ---- credentials --------------------------------------------------------------------------------- */
 
 /* Splits a basic secret "login:password"; lowercases the login. 0, -EINVAL (no colon,
@@ -283,6 +315,8 @@ void qim__gw_acc(gw_req *r) {
     qim__gw_ctrl(s, r, NULL, 409, "already authenticated", NULL);
   } else if (!m->has_secret) {
     qim__gw_ctrl(s, r, NULL, 400, "malformed", NULL);
+  } else if (!attempt_allowed(s)) {
+    qim__gw_ctrl(s, r, NULL, 429, "too many requests", NULL);
   } else {
     auth_job *a = qim_calloc(1, sizeof *a);
     int rc = split_basic(m->secret, m->secret_len, a->login, sizeof a->login, a->password, sizeof a->password);
@@ -374,6 +408,8 @@ void qim__gw_login(gw_req *r) {
     qim__gw_ctrl(s, r, NULL, 401, "unknown authentication scheme", NULL);
   } else if (!m->has_secret) {
     qim__gw_ctrl(s, r, NULL, 400, "malformed", NULL);
+  } else if (!attempt_allowed(s)) {
+    qim__gw_ctrl(s, r, NULL, 429, "too many requests", NULL);
   } else {
     auth_job *a = qim_calloc(1, sizeof *a);
     int rc = 0;

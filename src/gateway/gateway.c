@@ -138,6 +138,7 @@ int qim_gateway_start(qim_gateway *g) {
     l->index = i;
     l->cs = (g->d.cfg->node_id << 8) | i; /* unique per running node and loop */
     pthread_mutex_init(&l->post_mu, NULL);
+    l->rate = qim_calloc(GW_RATE_SLOTS, sizeof *l->rate);
   }
   qim_net_handler h = {.ud = g,
                        .check_apikey = check_apikey,
@@ -152,7 +153,10 @@ int qim_gateway_start(qim_gateway *g) {
   if (rc) {
     qim_net_free(g->net);
     g->net = NULL;
-    for (unsigned i = 0; i < g->nloops; i++) pthread_mutex_destroy(&g->loops[i].post_mu);
+    for (unsigned i = 0; i < g->nloops; i++) {
+      pthread_mutex_destroy(&g->loops[i].post_mu);
+      qim_free(g->loops[i].rate);
+    }
     qim_free(g->loops);
     g->loops = NULL;
     return rc;
@@ -180,7 +184,10 @@ void qim_gateway_free(qim_gateway *g) {
   qim_gateway_stop(g);
   qim_net_free(g->net);
   if (g->loops)
-    for (unsigned i = 0; i < g->nloops; i++) pthread_mutex_destroy(&g->loops[i].post_mu);
+    for (unsigned i = 0; i < g->nloops; i++) {
+      pthread_mutex_destroy(&g->loops[i].post_mu);
+      qim_free(g->loops[i].rate);
+    }
   qim_free(g->loops);
   qim_free(g);
 }

@@ -180,6 +180,16 @@ void qim__gw_job_finish(gw_job *j);
 
 /* ---- loops and the gateway (gateway.c) ------------------------------------------------------- */
 
+/* Login/acc attempts per remote address (auth.c): a token bucket per slot of a fixed
+ * table, so the memory is bounded whatever the number of addresses. */
+#define GW_RATE_SLOTS 1024
+typedef struct gw_rate {
+  uint8_t addr[16];
+  bool used;
+  double tokens;
+  uint64_t at_ms;
+} gw_rate;
+
 /* A cross-loop event (note.c): posted to every loop, handled there against its indexes. */
 typedef struct gw_event gw_event;
 
@@ -200,6 +210,7 @@ struct gw_loop {
   /* Push batches waiting, handled one at a time in order (push.c). */
   struct gw_push *push_head, *push_tail;
   bool push_busy;
+  gw_rate *rate; /* GW_RATE_SLOTS entries */
 };
 
 struct qim_gateway {

@@ -25,16 +25,19 @@ typedef struct gwsrv {
   uint16_t port;
 } gwsrv;
 
-/* Starts a node in a fresh directory: 2 loops, 2 shards x 2 lanes, cheap password hashes. */
-static inline int gwsrv_start(gwsrv *s) {
+/* Starts a node in a fresh directory: 2 loops, 2 shards x 2 lanes, cheap password hashes,
+ * plus up to 8 more flags (`extra`, NULL-terminated; may be NULL). */
+static inline int gwsrv_start_with(gwsrv *s, const char *const *extra) {
   memset(s, 0, sizeof *s);
   s->dir = qim_test_tmpdir("gateway");
   char data[1024];
   snprintf(data, sizeof data, "%s", s->dir);
-  char *argv[] = {"--data", data, "--io-threads", "2", "--shard-count", "2", "--lanes-per-shard", "2",
-                  "--service-token", "test:" GWC_TOKEN, "--log-level", "warn"};
+  char *argv[24] = {"--data", data, "--io-threads", "2", "--shard-count", "2", "--lanes-per-shard", "2",
+                     "--service-token", "test:" GWC_TOKEN, "--log-level", "warn"};
+  int argc = 12;
+  for (int i = 0; extra && extra[i] && argc < 20; i++) argv[argc++] = (char *)extra[i];
   qim_config_error err;
-  int rc = qim_config_load(&s->cfg, (int)(sizeof argv / sizeof *argv), argv, NULL, &err);
+  int rc = qim_config_load(&s->cfg, argc, argv, NULL, &err);
   if (rc) {
     fprintf(stderr, "%s\n", err.message);
     return rc;
@@ -45,6 +48,8 @@ static inline int gwsrv_start(gwsrv *s) {
   if (rc == 0) s->port = qim_node_port(&s->node);
   return rc;
 }
+
+static inline int gwsrv_start(gwsrv *s) { return gwsrv_start_with(s, NULL); }
 
 static inline void gwsrv_stop(gwsrv *s) {
   qim_node_close(&s->node);

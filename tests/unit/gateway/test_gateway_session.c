@@ -373,6 +373,31 @@ static void test_paused_materialization_acks_but_delivers_only_after_resume(void
   gwc_close(&b);
 }
 
+/* ---- login attempts per address ------------------------------------------------------------------- */
+
+static void test_login_attempts_beyond_the_burst_get_429(void **state) {
+  (void)state;
+  gwsrv tight;
+  const char *extra[] = {"--login-rate", "1", "--login-burst", "3", NULL};
+  assert_int_equal(gwsrv_start_with(&tight, extra), 0);
+  gwc c;
+  assert_int_equal(gwc_open(&c, tight.port), 0);
+  gwc_sendf(&c, "{\"hi\":{\"id\":\"h\",\"ver\":\"0.25.3\"}}");
+  assert_int_equal(gwc_code(&c, "h", NULL), 201);
+  char b64[64];
+  qim_b64std_encode((const uint8_t *)"nobody:password", 15, b64, sizeof b64);
+  for (int i = 0; i < 3; i++) {
+    gwc_sendf(&c, "{\"login\":{\"id\":\"l%d\",\"scheme\":\"basic\",\"secret\":\"%s\"}}", i, b64);
+    char id[8];
+    snprintf(id, sizeof id, "l%d", i);
+    assert_int_equal(gwc_code(&c, id, NULL), 401);
+  }
+  gwc_sendf(&c, "{\"login\":{\"id\":\"l3\",\"scheme\":\"basic\",\"secret\":\"%s\"}}", b64);
+  assert_int_equal(gwc_code(&c, "l3", NULL), 429);
+  gwc_close(&c);
+  gwsrv_stop(&tight);
+}
+
 /* ---- tokens (pure) --------------------------------------------------------------------------------- */
 
 static void test_token_rejects_tampering_expiry_and_other_tenants(void **state) {
@@ -412,6 +437,7 @@ int main(void) {
       cmocka_unit_test(test_me_listing_has_seq_read_and_pres_msg_when_detached),
       cmocka_unit_test(test_errors_pub_unattached_409_oversized_413_delete_out_of_range_400),
       cmocka_unit_test(test_paused_materialization_acks_but_delivers_only_after_resume),
+      cmocka_unit_test(test_login_attempts_beyond_the_burst_get_429),
       cmocka_unit_test(test_token_rejects_tampering_expiry_and_other_tenants),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
