@@ -319,13 +319,16 @@ void qim__gw_acc(gw_req *r) {
     qim__gw_ctrl(s, r, NULL, 429, "too many requests", NULL);
   } else {
     auth_job *a = qim_calloc(1, sizeof *a);
+    const qim_config *c = g->d.cfg;
     int rc = split_basic(m->secret, m->secret_len, a->login, sizeof a->login, a->password, sizeof a->password);
-    if (rc == 0 && !policy_ok(g->d.cfg, a->login, a->password)) rc = 422;
-    if (rc == 0) rc = desc_json(m->desc.public_data, g->d.cfg->max_message_size, &a->public_json);
-    if (rc == 0) rc = desc_json(m->desc.private_data, g->d.cfg->max_message_size, &a->private_json);
+    /* A secret that does not split is malformed; everything else that fails is policy:
+     * a login or password out of bounds, a public/private beyond max_message_size. */
+    bool malformed = rc == -EINVAL;
+    if (rc == 0 && !policy_ok(c, a->login, a->password)) rc = -EPERM;
+    if (rc == 0) rc = desc_json(m->desc.public_data, c->max_message_size, &a->public_json);
+    if (rc == 0) rc = desc_json(m->desc.private_data, c->max_message_size, &a->private_json);
     if (rc) {
-      qim__gw_ctrl(s, r, NULL, rc == 422 || rc == -E2BIG ? 422 : 400,
-                   rc == 422 || rc == -E2BIG ? "policy violation" : "malformed", NULL);
+      qim__gw_ctrl(s, r, NULL, malformed ? 400 : 422, malformed ? "malformed" : "policy violation", NULL);
       auth_destroy(&a->j);
       qim_free(a);
       qim__gw_req_done(r);

@@ -147,6 +147,7 @@ typedef struct gw_out {
   char **buf;
   size_t *len;
   size_t n, cap;
+  unsigned errors; /* error ctrls among them (counted in the stats when flushed) */
 } gw_out;
 void qim__gw_out_add(gw_out *o, char *buf, size_t len); /* takes buf; NULL (no memory) is skipped */
 /* Like qim__gw_out_add for a builder's result: `len` is read after the builder ran (a

@@ -316,8 +316,8 @@ void qim__gw_push_sink(qim_push_batch *batch, void *ctx) {
 }
 
 void qim__gw_push_drop(gw_loop *l) {
-  /* The batch being fetched for stays: its fetch_done frees nothing, run() finds the
-   * loop stopping... so drop only batches not started. */
+  /* A batch waiting for a body read stays queued: its fetch_done will still run (it holds
+   * the loop) and finishes it. Every other waiting batch is dropped: no session is left. */
   gw_push *keep = l->push_head && l->push_head->fetching ? l->push_head : NULL;
   gw_push *p = keep ? keep->qnext : l->push_head;
   while (p) {

@@ -160,6 +160,7 @@ void qim__gw_out_ctrl(gw_out *o, const char *id, const char *topic, int code, co
   size_t len;
   char *j = qim_proto_ctrl(id, topic, code, text ? text : qim_proto_code_text(code), params, now, &len);
   json_decref(params);
+  if (code >= 400) o->errors++;
   qim__gw_out_add(o, j, len);
 }
 
@@ -170,13 +171,10 @@ void qim__gw_out_fail(gw_out *o, const char *id, const char *topic, int rc, uint
 }
 
 void qim__gw_out_flush(gw_session *s, gw_out *o) {
-  qim_gateway *g = s->loop->gw;
-  for (size_t i = 0; i < o->n; i++) {
-    /* Count error ctrls the worker built, like direct ones. */
-    if (strncmp(o->buf[i], "{\"ctrl\"", 7) == 0 && strstr(o->buf[i], "\"code\":4")) atomic_fetch_add(&g->st_errors, 1);
-    qim__gw_send(s, o->buf[i], o->len[i]);
-  }
+  atomic_fetch_add(&s->loop->gw->st_errors, o->errors);
+  for (size_t i = 0; i < o->n; i++) qim__gw_send(s, o->buf[i], o->len[i]);
   o->n = 0;
+  o->errors = 0;
 }
 
 void qim__gw_out_free(gw_out *o) {

@@ -76,12 +76,17 @@ static inline void gwc_close(gwc *c) { wsc_close(&c->w); }
 
 /* Sends a printf-formatted text frame. */
 static inline int gwc_sendf(gwc *c, const char *fmt, ...) {
-  char buf[8192];
-  va_list ap;
+  va_list ap, ap2;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
-  return wsc_send_text(&c->w, buf);
+  char *buf = malloc((size_t)n + 1);
+  vsnprintf(buf, (size_t)n + 1, fmt, ap2);
+  va_end(ap2);
+  int rc = wsc_send_text(&c->w, buf);
+  free(buf);
+  return rc;
 }
 
 /* The next text frame parsed as JSON (NULL on timeout / close / bad JSON). */

@@ -249,6 +249,21 @@ static void test_group_publish_reaches_members_through_the_pipeline(void **state
   assert_int_equal(json_integer_value(json_object_get(params_of(j), "count")), 2);
   json_decref(j);
 
+  /* A body above inline_body_threshold (4 KiB) is not in the mailbox entry: the push reads
+   * it from the store before delivering. */
+  size_t big = 10000;
+  char *text = malloc(big + 1);
+  memset(text, 'y', big);
+  text[big] = '\0';
+  assert_int_equal(publish(&a, topic, text, true), 3);
+  json_t *bj = gwc_wait(&b, "data", NULL, 5000);
+  assert_non_null(bj);
+  json_t *bd = json_object_get(bj, "data");
+  assert_int_equal(json_integer_value(json_object_get(bd, "seq")), 3);
+  assert_string_equal(json_string_value(json_object_get(bd, "content")), text);
+  json_decref(bj);
+  free(text);
+
   /* Already attached: 304. A group that does not exist: 404. */
   gwc_sendf(&b, "{\"sub\":{\"id\":\"s2\",\"topic\":\"%s\"}}", topic);
   assert_int_equal(gwc_code(&b, "s2", NULL), 304);
