@@ -7,7 +7,7 @@
 #   make bench-commit  sends/s through the full commit on SQLite, concurrent senders, then with
 #                10% duplicate retries (bench/commit.c; BENCH_ARGS e.g. "--senders 16")
 #   make bench-history  p50/p99 of a 50-message history page from a 1,000,000-message conversation
-#                (bench/history.c; BENCH_DIR on a real disk, default /tmp; BENCH_ARGS e.g. "--strict")
+#                (bench/history.c; BENCH_DIR on a real disk; HISTORY_BENCH_ARGS e.g. "--strict")
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
 # Sub-makes run by cmake --build need not announce every directory.
@@ -50,8 +50,9 @@ bench-store: build
 
 bench-commit: build
 	TMPDIR=$(BENCH_DIR) ./build/bench/qim-bench-commit $(BENCH_ARGS)
+
 bench-history: build
-	./build/bench/qim-bench-history $(BENCH_DIR) $(BENCH_ARGS)
+	./build/bench/qim-bench-history $(BENCH_DIR) $(HISTORY_BENCH_ARGS)
 
 clean:
 	rm -rf build build-san

@@ -104,6 +104,7 @@ typedef struct qim_commit_op {
  *   COMMIT_CLOCK_UNSAFE               the clock stepped back past the tolerance
  *   COMMIT_CLIENT_MESSAGE_ID_REUSED   the key is in flight here with other content (ctrl 409)
  *   -ESHUTDOWN                        the commit is closing
+ *   -EINVAL                           op has no cq or done
  * Asynchronous outcomes (result.status): 0 with the ACK after Committed;
  * COMMIT_PERMISSION_DENIED (not a current member / no W mode / unknown or deleted
  * conversation); COMMIT_INVALID_REFERENCE (reply_to seq missing or not visible to the

@@ -33,13 +33,13 @@
 
 static const char *const state_names[] = {"reserved", "recorded", "outboxed", "committed"};
 
-void qim__entry_log(const qim__commit_entry *e, const char *event, const char *extra) {
+void qim__entry_logl(qim_log_level level, const qim__commit_entry *e, const char *event, const char *extra) {
   char conv[33], cmid[33];
   qim__u128_hex(e->conv->id.v, conv);
   qim__hex16(e->key.client_message_id.b, cmid);
   unsigned long long seq = e->reserved ? (unsigned long long)e->intent.coordinates.conversation_seq : 0;
-  QIM_LOGI(&e->trace, event, "conv=%s cmid=%s seq=%llu state=%s%s%s", conv, cmid, seq,
-           state_names[e->state & 3], extra ? " " : "", extra ? extra : "");
+  qim_log(level, &e->trace, event, "conv=%s cmid=%s seq=%llu state=%s%s%s", conv, cmid, seq,
+          state_names[e->state & 3], extra ? " " : "", extra ? extra : "");
 }
 
 /* ---- the conversation's lists ----------------------------------------------------------- */
@@ -137,7 +137,7 @@ static void settle_behind_failed_head(qim_commit *c, qim__commit_conv *cv, const
     if (e == h || !e->reserved || e->reserving || e->state >= QIM_COMMIT_STATE_OUTBOXED) continue;
     if (e->intent.coordinates.conversation_seq < seq || (!e->waiters && !e->pass)) continue;
     if (e->waiters) {
-      qim__entry_log(e, "commit.blocked", "why=predecessor_failed");
+      qim__entry_logl(QIM_LOG_WARN, e, "commit.blocked", "why=predecessor_failed");
       qim__entry_complete_waiters(c, e, qim_err_raise(QIM_E_COMMIT_RECOVERABLE));
     }
     if (e->pass) {
@@ -159,7 +159,7 @@ void qim__entry_fail(qim_commit *c, qim__commit_entry *e, int cause, const char 
   char extra[160];
   snprintf(extra, sizeof extra, "step=%s err=%s attempt=%u retry_in_ms=%llu", step, qim_err_name(cause),
            e->attempts, (unsigned long long)backoff);
-  qim__entry_log(e, "commit.step_failed", extra);
+  qim__entry_logl(QIM_LOG_WARN, e, "commit.step_failed", extra);
   if (e->waiters) {
     int code = waiter_code ? waiter_code : qim_err_raise(QIM_E_COMMIT_RECOVERABLE);
     qim__entry_complete_waiters(c, e, code);
@@ -310,7 +310,7 @@ static void advance_failed(qim_commit *c, qim__commit_entry *e, qim_commit_state
     /* A lower intent this process does not drive is ahead: drain the conversation. */
     e->conflicts++;
     QIM__COUNT(c, order_conflicts);
-    qim__entry_log(e, "commit.order_conflict", NULL);
+    qim__entry_logl(QIM_LOG_WARN, e, "commit.order_conflict", NULL);
     qim__conv_request_drain(c, e->conv);
     return;
   }
@@ -372,7 +372,7 @@ static void verify(qim_commit *c, qim__commit_entry *e, qim_store_log_read_req *
     return;
   }
   QIM__COUNT(c, invariant_violations);
-  qim__entry_log(e, "commit.invariant_violation", "what=outbox_envelope_differs_from_intent");
+  qim__entry_logl(QIM_LOG_ERROR, e, "commit.invariant_violation", "what=outbox_envelope_differs_from_intent");
   qim__entry_fail(c, e, QIM_E_COMMIT_INVARIANT_VIOLATION, "verify",
                   e->waiters ? qim_err_raise(QIM_E_COMMIT_INVARIANT_VIOLATION) : 0);
 }
@@ -391,7 +391,7 @@ static void read_done(qim_store_req *r) {
   } else if (r->status == QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE) {
     /* Trimmed already: consumers read it; nothing is left to compare. */
     e->verified = true;
-    qim__entry_log(e, "commit.verify_skipped", "why=trimmed");
+    qim__entry_logl(QIM_LOG_WARN, e, "commit.verify_skipped", "why=trimmed");
     qim__entry_drive(c, e);
   } else {
     qim__entry_fail(c, e, r->status, "verify", 0);
@@ -441,7 +441,7 @@ static void reload_done(qim_store_req *r) {
     reloaded(c, e, &out);
   } else if (r->status == QIM_E_MESSAGE_STORE_COMMIT_NOT_FOUND) {
     /* The store no longer knows the key: nothing is left to drive. */
-    qim__entry_log(e, "commit.lost", "err=CommitNotFound");
+    qim__entry_logl(QIM_LOG_ERROR, e, "commit.lost", "err=CommitNotFound");
     if (e->waiters) qim__entry_complete_waiters(c, e, qim_err_raise(QIM_E_COMMIT_UNAVAILABLE));
     if (e->pass) qim__pass_release(c, e->pass, QIM__PASS_FAILED);
     qim__entry_free(c, e);

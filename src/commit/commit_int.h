@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 
 #include "commit/commit.h"
+#include "qim/log.h"
 
 typedef struct qim__commit_conv qim__commit_conv;
 typedef struct qim__commit_entry qim__commit_entry;
@@ -229,7 +230,9 @@ void qim__entry_fail(qim_commit *c, qim__commit_entry *e, int cause, const char 
 void qim__entry_complete_waiters(qim_commit *c, qim__commit_entry *e, int status);
 void qim__entry_resume(qim_commit *c, qim__commit_entry *e);
 void qim__entry_reload(qim_commit *c, qim__commit_entry *e);
-void qim__entry_log(const qim__commit_entry *e, const char *event, const char *extra);
+/* One line for a step of the entry, with its TraceId, conversation, cmid, seq, state. */
+void qim__entry_logl(qim_log_level level, const qim__commit_entry *e, const char *event, const char *extra);
+#define qim__entry_log(e, event, extra) qim__entry_logl(QIM_LOG_INFO, e, event, extra)
 
 /* ---- commit_recover.c (c->mu held) ------------------------------------------------- */
 void qim__conv_request_drain(qim_commit *c, qim__commit_conv *cv);

@@ -487,6 +487,7 @@ static int check_client(qim_commit *c, const qim_authenticated_send *s, qim_erro
 int qim_commit_send(qim_commit *c, const qim_authenticated_send *s, qim_commit_op *op) {
   memset(&op->result, 0, sizeof op->result);
   op->priv_ = NULL;
+  if (!op->cq || !op->done || !s) return op->result.status = op->result.error.code = -EINVAL;
   QIM__COUNT(c, sends);
   qim_error err = {0};
   int rc = check_client(c, s, &err);
@@ -514,6 +515,7 @@ int qim_commit_send(qim_commit *c, const qim_authenticated_send *s, qim_commit_o
 int qim_commit_send_control(qim_commit *c, const qim_commit_control *ctl, qim_commit_op *op) {
   memset(&op->result, 0, sizeof op->result);
   op->priv_ = NULL;
+  if (!op->cq || !op->done || !ctl) return op->result.status = op->result.error.code = -EINVAL;
   QIM__COUNT(c, sends);
   int rc = 0;
   if (!qim_client_message_id_is_valid(&ctl->client_message_id))

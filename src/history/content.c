@@ -61,7 +61,8 @@ static int head_fields(const json_t *head, qim_history_tinode_msg *out) {
   if (mime && !json_is_string(mime)) return qim_err_raise(QIM_E_MESSAGE_STORE_INVALID_CONTENT);
   const json_t *replace = json_object_get(head, "replace");
   if (replace) {
-    if (!parse_seq_ref(replace, &out->replace)) return qim_err_raise(QIM_E_MESSAGE_STORE_INVALID_CONTENT);
+    if (!parse_seq_ref(replace, &out->replace))
+      return qim_err_raise(QIM_E_MESSAGE_STORE_INVALID_CONTENT);
     out->has_replace = true;
   }
   /* A reply to another topic ("grpX:5") is kept in the head but references nothing here. */
@@ -139,8 +140,8 @@ static int dump_to(const json_t *v, qim_bytes *out) {
   return 0;
 }
 
-static int build_content(const json_t *head, const json_t *content, json_t *stored_head, json_t *attachments,
-                         qim_history_tinode_msg *out) {
+static int build_content(const json_t *head, const json_t *content, json_t *stored_head,
+                         json_t *attachments, qim_history_tinode_msg *out) {
   qim_message_content *c = &out->content;
   const char *mime = json_string_value(json_object_get(head, "mime"));
   json_t *env = json_object();
@@ -165,8 +166,9 @@ static int build_content(const json_t *head, const json_t *content, json_t *stor
   return rc;
 }
 
-int qim_history_content_from_tinode(const json_t *head, const json_t *content, uint32_t max_message_size,
-                                    uint32_t max_mentions, qim_history_tinode_msg *out) {
+int qim_history_content_from_tinode(const json_t *head, const json_t *content,
+                                    uint32_t max_message_size, uint32_t max_mentions,
+                                    qim_history_tinode_msg *out) {
   memset(out, 0, sizeof *out);
   if (json_is_null(head)) head = NULL;
   if (!content || json_is_null(content) || (head && !json_is_object(head)))

@@ -25,7 +25,8 @@ static void put_be64(uint8_t *p, uint64_t v) {
 
 /* blake3(domain\0 || op || conversation_be16 || a_be8 || b_be16)[0..16], lowest bit of the
  * last byte set so it is never the all-zero (invalid) id. */
-static qim_client_message_id control_cmid(qim__control_op op, qim_conversation_id conv, uint64_t a, qim_u128 b) {
+static qim_client_message_id control_cmid(qim__control_op op, qim_conversation_id conv, uint64_t a,
+                                          qim_u128 b) {
   uint8_t in[1 + 16 + 8 + 16];
   in[0] = (uint8_t)op;
   qim_u128_to_be(conv.v, in + 1);
@@ -59,7 +60,9 @@ json_t *qim__ranges_json(const qim_store_seq_range *r, size_t n) {
 }
 
 /* Failures worth another try: the store or the commit was momentarily unable. */
-static bool transient(int rc) { return rc == QIM_E_COMMIT_UNAVAILABLE || rc == -EAGAIN || rc == QIM_AGAIN; }
+static bool transient(int rc) {
+  return rc == QIM_E_COMMIT_UNAVAILABLE || rc == -EAGAIN || rc == QIM_AGAIN;
+}
 
 static int commit_with_retries(qim_history *h, const qim_commit_control *ctl) {
   int rc = 0;
@@ -74,8 +77,8 @@ static int commit_with_retries(qim_history *h, const qim_commit_control *ctl) {
 }
 
 int qim__history_control(qim_history *h, qim__control_op op, const qim_authenticated_actor *actor,
-                         qim_conversation_id conv, const qim_user_id *audience_user, uint64_t a, qim_u128 b,
-                         json_t *payload, const qim_trace_id *trace) {
+                         qim_conversation_id conv, const qim_user_id *audience_user, uint64_t a,
+                         qim_u128 b, json_t *payload, const qim_trace_id *trace) {
   char *text = json_dumps(payload, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(payload);
   if (!text) return -ENOMEM;

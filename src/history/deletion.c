@@ -78,7 +78,8 @@ static int validate(const qim_history *h, const qim_history_delete_req *d, const
   }
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
-    qim_store_seq_range c = {r[i].low > v->low ? r[i].low : v->low + 1, r[i].hi < v->high + 1 ? r[i].hi : v->high + 1};
+    qim_store_seq_range c = {r[i].low > v->low ? r[i].low : v->low + 1,
+                             r[i].hi < v->high + 1 ? r[i].hi : v->high + 1};
     if (c.low < c.hi) r[k++] = c;
   }
   *out = r;
@@ -97,11 +98,12 @@ typedef struct gone {
 typedef struct judgement {
   gone *v;
   size_t n, cap;
-  bool held;                 /* a ComplianceHold message would have gone */
+  bool held; /* a ComplianceHold message would have gone */
 } judgement;
 
 /* DESIGN.md §3, for one message: NORMAL means "hidden for the requester only". */
-static qim_message_state judge_one(const qim_history *h, const qim__view *v, const qim_authenticated_actor *actor,
+static qim_message_state judge_one(const qim_history *h, const qim__view *v,
+                                   const qim_authenticated_actor *actor,
                                    const qim_message_record *r, uint64_t now) {
   bool young = now <= r->created_at || now - r->created_at <= h->cfg.msg_delete_age_ms;
   bool own = qim_u128_eq(r->sender.user_id.v, actor->user_id.v);
@@ -114,14 +116,17 @@ static qim_message_state judge_one(const qim_history *h, const qim__view *v, con
   return want != QIM_MESSAGE_STATE_NORMAL && already ? r->state : want;
 }
 
-static void judge_page(const qim_history *h, const qim__view *v, const qim_authenticated_actor *actor,
-                       const qim_message_record *recs, size_t n, uint64_t now, judgement *j) {
+static void judge_page(const qim_history *h, const qim__view *v,
+                       const qim_authenticated_actor *actor, const qim_message_record *recs,
+                       size_t n, uint64_t now, judgement *j) {
   for (size_t i = 0; i < n; i++) {
     qim_message_state s = judge_one(h, v, actor, &recs[i], now);
     if (s == QIM_MESSAGE_STATE_NORMAL) continue;
-    bool already = recs[i].state == QIM_MESSAGE_STATE_DELETED || recs[i].state == QIM_MESSAGE_STATE_RECALLED;
+    bool already =
+        recs[i].state == QIM_MESSAGE_STATE_DELETED || recs[i].state == QIM_MESSAGE_STATE_RECALLED;
     if (recs[i].retention_class == QIM_RETENTION_CLASS_COMPLIANCE_HOLD && !already) j->held = true;
-    if (j->n == j->cap) j->v = qim_realloc(j->v, (j->cap = j->cap ? j->cap * 2 : 64) * sizeof *j->v);
+    if (j->n == j->cap)
+      j->v = qim_realloc(j->v, (j->cap = j->cap ? j->cap * 2 : 64) * sizeof *j->v);
     j->v[j->n++] = (gone){recs[i].coordinates.conversation_seq, s};
   }
 }
@@ -135,14 +140,21 @@ static int judge_all(qim_history *h, const qim_history_delete_req *d, const qim_
   size_t first = 0;
   int rc = 0;
   while (first < n) {
-    qim_store_record_query_req q = {
-        .tenant_id = d->actor.tenant_id, .conversation_id = d->conversation_id, .viewer = {{0, 0}},
-        .window_low = v->low, .window_high = v->high, .ranges = rest + first, .range_count = n - first,
-        .direction = QIM_HISTORY_DIRECTION_NEWER, .max_items = JUDGE_PAGE, .max_bytes = 0};
+    qim_store_record_query_req q = {.tenant_id = d->actor.tenant_id,
+                                    .conversation_id = d->conversation_id,
+                                    .viewer = {{0, 0}},
+                                    .window_low = v->low,
+                                    .window_high = v->high,
+                                    .ranges = rest + first,
+                                    .range_count = n - first,
+                                    .direction = QIM_HISTORY_DIRECTION_NEWER,
+                                    .max_items = JUDGE_PAGE,
+                                    .max_bytes = 0};
     if ((rc = QIM__HSYNC(h, history.query, &q))) break;
     judge_page(h, v, &d->actor, q.out_records, q.out_count, now, j);
     bool more = q.out_has_more && q.out_count > 0;
-    qim_conversation_seq last = q.out_count ? q.out_records[q.out_count - 1].coordinates.conversation_seq : 0;
+    qim_conversation_seq last =
+        q.out_count ? q.out_records[q.out_count - 1].coordinates.conversation_seq : 0;
     qim__records_free(q.out_records, q.out_count);
     if (!more) break;
     while (first < n && rest[first].hi <= last + 1) first++;
@@ -178,10 +190,13 @@ static int wipe_all(qim_history *h, const qim_history_delete_req *d, const judge
     wipe_batch b = {0};
     int submitted = 0;
     for (size_t i = 0; i < k; i++) {
-      reqs[i] = (qim_store_record_set_state_req){
-          .req = {.cq = cq, .done = wipe_done, .data = &b}, .tenant_id = d->actor.tenant_id,
-          .conversation_id = d->conversation_id, .seq = j->v[at + i].seq, .state = j->v[at + i].state,
-          .wipe_body = true, .now = now};
+      reqs[i] = (qim_store_record_set_state_req){.req = {.cq = cq, .done = wipe_done, .data = &b},
+                                                 .tenant_id = d->actor.tenant_id,
+                                                 .conversation_id = d->conversation_id,
+                                                 .seq = j->v[at + i].seq,
+                                                 .state = j->v[at + i].state,
+                                                 .wipe_body = true,
+                                                 .now = now};
       int s = h->store->vt->history.set_state(h->store, &reqs[i]);
       if (s) {
         b.status = s;
@@ -197,10 +212,14 @@ static int wipe_all(qim_history *h, const qim_history_delete_req *d, const judge
   return rc;
 }
 
-static int dellog(qim_history *h, const qim_history_delete_req *d, bool for_user, const qim_store_seq_range *r,
-                  size_t n, uint64_t *delid) {
-  qim_store_dellog_add_req q = {.tenant_id = d->actor.tenant_id, .conversation_id = d->conversation_id,
-                                .has_for_user = for_user, .for_user = d->actor.user_id, .ranges = r, .range_count = n};
+static int dellog(qim_history *h, const qim_history_delete_req *d, bool for_user,
+                  const qim_store_seq_range *r, size_t n, uint64_t *delid) {
+  qim_store_dellog_add_req q = {.tenant_id = d->actor.tenant_id,
+                                .conversation_id = d->conversation_id,
+                                .has_for_user = for_user,
+                                .for_user = d->actor.user_id,
+                                .ranges = r,
+                                .range_count = n};
   int rc = QIM__HSYNC(h, history.dellog_add, &q);
   if (rc == 0) *delid = q.out_delid;
   return rc;
@@ -222,8 +241,8 @@ static size_t gone_ranges(const judgement *j, int state, qim_store_seq_range **o
 }
 
 /* The requested ranges minus the seqs that go for everyone (both ascending). */
-static size_t soft_ranges(const qim_store_seq_range *req, size_t n, const judgement *j, qim_store_seq_range **out,
-                          uint32_t *hidden) {
+static size_t soft_ranges(const qim_store_seq_range *req, size_t n, const judgement *j,
+                          qim_store_seq_range **out, uint32_t *hidden) {
   qim_store_seq_range *r = qim_malloc((n + j->n) * sizeof *r);
   size_t m = 0, g = 0;
   uint64_t count = 0;
@@ -241,32 +260,36 @@ static size_t soft_ranges(const qim_store_seq_range *req, size_t n, const judgem
   return m;
 }
 
-/* ---- Controls ------------------------------------------------------------------------------------ */
+/* ---- Controls
+ * ------------------------------------------------------------------------------------ */
 
-static int announce_hard(qim_history *h, const qim_history_delete_req *d, const judgement *j, uint64_t delid) {
+static int announce_hard(qim_history *h, const qim_history_delete_req *d, const judgement *j,
+                         uint64_t delid) {
   qim_store_seq_range *del, *rec;
   size_t nd = gone_ranges(j, QIM_MESSAGE_STATE_DELETED, &del);
   size_t nr = gone_ranges(j, QIM_MESSAGE_STATE_RECALLED, &rec);
-  json_t *p = json_pack("{sssbsIsososo}", "op", "del", "hard", 1, "delid", (json_int_t)delid, "actor",
-                        qim__user_json(d->actor.user_id), "deleted", qim__ranges_json(del, nd), "recalled",
-                        qim__ranges_json(rec, nr));
+  json_t *p = json_pack("{sssbsIsososo}", "op", "del", "hard", 1, "delid", (json_int_t)delid,
+                        "actor", qim__user_json(d->actor.user_id), "deleted",
+                        qim__ranges_json(del, nd), "recalled", qim__ranges_json(rec, nr));
   qim_free(del);
   qim_free(rec);
   return qim__history_control(h, QIM__CONTROL_DEL_HARD, &d->actor, d->conversation_id, NULL, delid,
                               (qim_u128){0, 0}, p, &d->trace_id);
 }
 
-static int announce_soft(qim_history *h, const qim_history_delete_req *d, const qim_store_seq_range *r, size_t n,
-                         uint64_t delid) {
+static int announce_soft(qim_history *h, const qim_history_delete_req *d,
+                         const qim_store_seq_range *r, size_t n, uint64_t delid) {
   json_t *p = json_pack("{sssbsIsoso}", "op", "del", "hard", 0, "delid", (json_int_t)delid, "actor",
                         qim__user_json(d->actor.user_id), "ranges", qim__ranges_json(r, n));
-  return qim__history_control(h, QIM__CONTROL_DEL_SOFT, &d->actor, d->conversation_id, &d->actor.user_id, delid,
-                              d->actor.user_id.v, p, &d->trace_id);
+  return qim__history_control(h, QIM__CONTROL_DEL_SOFT, &d->actor, d->conversation_id,
+                              &d->actor.user_id, delid, d->actor.user_id.v, p, &d->trace_id);
 }
 
-/* ---- the request ---------------------------------------------------------------------------------- */
+/* ---- the request
+ * ---------------------------------------------------------------------------------- */
 
-static int apply_hard(qim_history *h, const qim_history_delete_req *d, judgement *j, qim_history_delete_result *out) {
+static int apply_hard(qim_history *h, const qim_history_delete_req *d, judgement *j,
+                      qim_history_delete_result *out) {
   if (j->n == 0) return 0;
   int rc = wipe_all(h, d, j);
   if (rc) return rc;
@@ -278,15 +301,16 @@ static int apply_hard(qim_history *h, const qim_history_delete_req *d, judgement
     else
       out->deleted++;
   }
-  QIM_LOGI(&d->trace_id, "history.deleted", "delid=%llu deleted=%u recalled=%u", (unsigned long long)out->hard_delid,
-           out->deleted, out->recalled);
+  QIM_LOGI(&d->trace_id, "history.deleted", "delid=%llu deleted=%u recalled=%u",
+           (unsigned long long)out->hard_delid, out->deleted, out->recalled);
   int cs = announce_hard(h, d, j, out->hard_delid);
   if (cs && !out->control_status) out->control_status = cs;
   return 0;
 }
 
-static int apply_soft(qim_history *h, const qim_history_delete_req *d, const qim_store_seq_range *req, size_t n,
-                      const judgement *j, qim_history_delete_result *out) {
+static int apply_soft(qim_history *h, const qim_history_delete_req *d,
+                      const qim_store_seq_range *req, size_t n, const judgement *j,
+                      qim_history_delete_result *out) {
   out->soft_count = soft_ranges(req, n, j, &out->soft_ranges, &out->hidden);
   if (out->soft_count == 0) return 0;
   int rc = dellog(h, d, true, out->soft_ranges, out->soft_count, &out->soft_delid);
@@ -307,7 +331,8 @@ static int delete_in(qim_history *h, const qim_history_delete_req *d, const qim_
   return rc;
 }
 
-int qim_history_delete(qim_history *h, const qim_history_delete_req *d, qim_history_delete_result *out) {
+int qim_history_delete(qim_history *h, const qim_history_delete_req *d,
+                       qim_history_delete_result *out) {
   if (!h || !d || !out) return -EINVAL;
   memset(out, 0, sizeof *out);
   qim__view v;

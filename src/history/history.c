@@ -36,14 +36,15 @@ void qim_history_config_default(qim_history_config *cfg) {
   };
 }
 
-void qim_history_config_from(qim_history_config *cfg, const qim_config *c, qim_tenant_id *tenant_buf,
-                             size_t tenant_cap) {
+void qim_history_config_from(qim_history_config *cfg, const qim_config *c,
+                             qim_tenant_id *tenant_buf, size_t tenant_cap) {
   cfg->msg_delete_age_ms = c->msg_delete_age_ms;
   cfg->max_message_size = c->max_message_size;
   size_t n = 0;
   for (uint32_t i = 0; i < c->api_key_count && n < tenant_cap; i++) {
     bool seen = false;
-    for (size_t j = 0; j < n && !seen; j++) seen = qim_u128_eq(tenant_buf[j].v, c->api_keys[i].tenant.v);
+    for (size_t j = 0; j < n && !seen; j++)
+      seen = qim_u128_eq(tenant_buf[j].v, c->api_keys[i].tenant.v);
     if (!seen) tenant_buf[n++] = c->api_keys[i].tenant;
   }
   cfg->tenants = tenant_buf;
@@ -57,8 +58,8 @@ static bool config_valid(const qim_history_config *c) {
          (c->tenant_count == 0 || c->tenants) && (c->tenant_age_count == 0 || c->tenant_ages);
 }
 
-int qim_history_open(qim_store *store, qim_commit *commit, const qim_clock *clock, const qim_history_config *cfg,
-                     qim_history **out) {
+int qim_history_open(qim_store *store, qim_commit *commit, const qim_clock *clock,
+                     const qim_history_config *cfg, qim_history **out) {
   qim_history_config def;
   if (!cfg) {
     qim_history_config_default(&def);
@@ -70,8 +71,10 @@ int qim_history_open(qim_store *store, qim_commit *commit, const qim_clock *cloc
   h->commit = commit;
   h->clock = clock;
   h->cfg = *cfg;
-  if (cfg->tenant_count) h->tenants = qim_memdup(cfg->tenants, cfg->tenant_count * sizeof *h->tenants);
-  if (cfg->tenant_age_count) h->ages = qim_memdup(cfg->tenant_ages, cfg->tenant_age_count * sizeof *h->ages);
+  if (cfg->tenant_count)
+    h->tenants = qim_memdup(cfg->tenants, cfg->tenant_count * sizeof *h->tenants);
+  if (cfg->tenant_age_count)
+    h->ages = qim_memdup(cfg->tenant_ages, cfg->tenant_age_count * sizeof *h->ages);
   h->cfg.tenants = h->tenants;
   h->cfg.tenant_ages = h->ages;
   pthread_mutex_init(&h->sweep_mu, NULL);
@@ -117,7 +120,9 @@ typedef struct view_wait {
   int done;
 } view_wait;
 
-static void view_done(qim_store_req *r) { ((view_wait *)r->data)->done++; }
+static void view_done(qim_store_req *r) {
+  ((view_wait *)r->data)->done++;
+}
 
 /* Submits one request to `cq`; a refused submission completes it at once with that status. */
 static void view_submit(qim_store_req *r, int rc, view_wait *w) {
@@ -137,10 +142,13 @@ static int view_load(qim_history *h, const qim_authenticated_actor *actor, qim_c
   int rc = qim_cq_new_blocking(&cq);
   if (rc) return rc;
   view_wait w = {0};
-  qim_store_conv_get_req cg = {.req = {.cq = cq, .done = view_done, .data = &w}, .tenant_id = actor->tenant_id,
+  qim_store_conv_get_req cg = {.req = {.cq = cq, .done = view_done, .data = &w},
+                               .tenant_id = actor->tenant_id,
                                .conversation_id = conv};
-  qim_store_member_get_req mg = {.req = {.cq = cq, .done = view_done, .data = &w}, .tenant_id = actor->tenant_id,
-                                 .conversation_id = conv, .user_id = actor->user_id};
+  qim_store_member_get_req mg = {.req = {.cq = cq, .done = view_done, .data = &w},
+                                 .tenant_id = actor->tenant_id,
+                                 .conversation_id = conv,
+                                 .user_id = actor->user_id};
   view_submit(&cg.req, h->store->vt->conversations.get(h->store, &cg), &w);
   view_submit(&mg.req, h->store->vt->conversations.member_get(h->store, &mg), &w);
   if (also) {
@@ -156,8 +164,9 @@ static int view_load(qim_history *h, const qim_authenticated_actor *actor, qim_c
   return qim__history_store_error(rc);
 }
 
-int qim__history_view_and(qim_history *h, const qim_authenticated_actor *actor, qim_conversation_id conv, int need,
-                          qim_store_record_query_req *also, qim__view *v) {
+int qim__history_view_and(qim_history *h, const qim_authenticated_actor *actor,
+                          qim_conversation_id conv, int need, qim_store_record_query_req *also,
+                          qim__view *v) {
   memset(v, 0, sizeof *v);
   int rc = view_load(h, actor, conv, also, v);
   if (rc) {
@@ -169,7 +178,8 @@ int qim__history_view_and(qim_history *h, const qim_authenticated_actor *actor, 
   v->current = !m->has_left_at && !m->banned;
   v->low = m->joined_at;
   v->high = m->has_left_at && m->left_at < v->conv.latest_seq ? m->left_at : v->conv.latest_seq;
-  bool ok = !v->conv.deleted && !m->banned && (v->mode & QIM_MODE_R) && (v->current || need != QIM__NEED_CURRENT);
+  bool ok = !v->conv.deleted && !m->banned && (v->mode & QIM_MODE_R) &&
+            (v->current || need != QIM__NEED_CURRENT);
   if (!ok) {
     qim__view_free(v);
     return qim_err_raise(QIM_E_MESSAGE_STORE_HISTORY_ACCESS_DENIED);
@@ -177,13 +187,14 @@ int qim__history_view_and(qim_history *h, const qim_authenticated_actor *actor, 
   return 0;
 }
 
-int qim__history_view(qim_history *h, const qim_authenticated_actor *actor, qim_conversation_id conv, int need,
-                      qim__view *v) {
+int qim__history_view(qim_history *h, const qim_authenticated_actor *actor,
+                      qim_conversation_id conv, int need, qim__view *v) {
   return qim__history_view_and(h, actor, conv, need, NULL, v);
 }
 
 uint32_t qim_history_unread(const qim_store_conversation *c, const qim_store_member *m) {
-  qim_conversation_seq top = m->has_left_at && m->left_at < c->latest_seq ? m->left_at : c->latest_seq;
+  qim_conversation_seq top =
+      m->has_left_at && m->left_at < c->latest_seq ? m->left_at : c->latest_seq;
   uint64_t n = top > m->read_seq ? top - m->read_seq : 0;
   return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }

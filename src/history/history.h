@@ -77,41 +77,41 @@ typedef struct qim_history_tenant_age {
 } qim_history_tenant_age;
 
 typedef struct qim_history_config {
-  uint64_t msg_delete_age_ms;   /* non-owner hard delete and sender recall window (600 s) */
-  uint32_t max_message_size;    /* stored payload + media metadata (131072) → MessageTooLarge */
-  uint32_t max_mentions;        /* Drafty MN targets kept per message (64); more are dropped */
-  uint32_t get_default_limit;   /* get data without limit (32, API.md) */
-  uint32_t get_max_limit;       /* larger limits are clamped (256) */
-  uint32_t max_ranges;          /* ranges per get/del request (256) → InvalidRange */
-  uint32_t del_max_messages;    /* messages over several delete ranges (1024) → InvalidRange */
-  uint32_t page_default_items;  /* HistoryQuery max_items 0 (50) */
-  uint32_t page_max_items;      /* clamp (1000) */
-  uint32_t page_max_bytes;      /* clamp of max_bytes, and max_bytes 0 (4 MiB) */
-  uint32_t del_max_ranges_out;  /* get del: rows returned when the request has no limit (1024) */
-  uint64_t ephemeral_age_ms;    /* RetentionClass::Ephemeral24h (24 h) */
+  uint64_t msg_delete_age_ms;  /* non-owner hard delete and sender recall window (600 s) */
+  uint32_t max_message_size;   /* stored payload + media metadata (131072) → MessageTooLarge */
+  uint32_t max_mentions;       /* Drafty MN targets kept per message (64); more are dropped */
+  uint32_t get_default_limit;  /* get data without limit (32, API.md) */
+  uint32_t get_max_limit;      /* larger limits are clamped (256) */
+  uint32_t max_ranges;         /* ranges per get/del request (256) → InvalidRange */
+  uint32_t del_max_messages;   /* messages over several delete ranges (1024) → InvalidRange */
+  uint32_t page_default_items; /* HistoryQuery max_items 0 (50) */
+  uint32_t page_max_items;     /* clamp (1000) */
+  uint32_t page_max_bytes;     /* clamp of max_bytes, and max_bytes 0 (4 MiB) */
+  uint32_t del_max_ranges_out; /* get del: rows returned when the request has no limit (1024) */
+  uint64_t ephemeral_age_ms;   /* RetentionClass::Ephemeral24h (24 h) */
   /* The tenants the sweeper visits, and the TenantCustom ages. Borrowed, copied by open. */
   const qim_tenant_id *tenants;
   size_t tenant_count;
   const qim_history_tenant_age *tenant_ages;
   size_t tenant_age_count;
-  uint32_t sweep_interval_ms;   /* the sweeper task's period (60 s) */
-  uint32_t sweep_batch;         /* records per store expire call (1000) */
-  uint32_t control_attempts;    /* tries of a Control commit that failed transiently (3) */
+  uint32_t sweep_interval_ms; /* the sweeper task's period (60 s) */
+  uint32_t sweep_batch;       /* records per store expire call (1000) */
+  uint32_t control_attempts;  /* tries of a Control commit that failed transiently (3) */
 } qim_history_config;
 
 void qim_history_config_default(qim_history_config *cfg);
 /* Takes msg_delete_age_ms and max_message_size from qimd's configuration and every
  * tenant its API keys select (tenants then points into `c`, which must outlive open). */
-void qim_history_config_from(qim_history_config *cfg, const qim_config *c, qim_tenant_id *tenant_buf,
-                             size_t tenant_cap);
+void qim_history_config_from(qim_history_config *cfg, const qim_config *c,
+                             qim_tenant_id *tenant_buf, size_t tenant_cap);
 
 typedef struct qim_history qim_history;
 
 /* `store`, `commit` and `clock` are borrowed and must outlive the history object; the
  * clock gives "now" for msg_delete_age and retention (tests pass a manual clock).
  * -EINVAL for a zero limit in cfg. */
-int qim_history_open(qim_store *store, qim_commit *commit, const qim_clock *clock, const qim_history_config *cfg,
-                     qim_history **out);
+int qim_history_open(qim_store *store, qim_commit *commit, const qim_clock *clock,
+                     const qim_history_config *cfg, qim_history **out);
 /* Stops the sweeper if running. NULL ok. */
 void qim_history_close(qim_history *h);
 
@@ -133,9 +133,9 @@ int qim_history_read(qim_history *h, const qim_history_query *q, qim_history_pag
 typedef struct qim_history_get {
   qim_authenticated_actor actor;
   qim_conversation_id conversation_id;
-  qim_conversation_seq since;   /* inclusive; 0 = none */
-  qim_conversation_seq before;  /* exclusive; 0 = none */
-  uint32_t limit;               /* 0 = get_default_limit; clamped to get_max_limit */
+  qim_conversation_seq since;  /* inclusive; 0 = none */
+  qim_conversation_seq before; /* exclusive; 0 = none */
+  uint32_t limit;              /* 0 = get_default_limit; clamped to get_max_limit */
   /* When range_count > 0 they replace since/before: [low, hi), hi 0 = just low. */
   const qim_store_seq_range *ranges;
   size_t range_count;
@@ -165,13 +165,13 @@ typedef struct qim_history_get_del {
   qim_authenticated_actor actor;
   qim_conversation_id conversation_id;
   uint64_t since, before;
-  uint32_t limit;               /* rows; 0 = del_max_ranges_out */
+  uint32_t limit; /* rows; 0 = del_max_ranges_out */
 } qim_history_del_query;
 
 typedef struct qim_history_del_page {
-  uint64_t clear;               /* meta.del.clear: the highest delid returned (0: none) */
-  qim_store_seq_range *ranges;  /* meta.del.delseq, [low, hi) ordered by delid; owned */
-  size_t range_count;           /* 0: reply ctrl 204 {what:"del"} */
+  uint64_t clear;              /* meta.del.clear: the highest delid returned (0: none) */
+  qim_store_seq_range *ranges; /* meta.del.delseq, [low, hi) ordered by delid; owned */
+  size_t range_count;          /* 0: reply ctrl 204 {what:"del"} */
 } qim_history_del_page;
 
 int qim_history_get_del(qim_history *h, const qim_history_del_query *g, qim_history_del_page *out);
@@ -190,15 +190,15 @@ typedef struct qim_history_delete_req {
 } qim_history_delete_req;
 
 typedef struct qim_history_delete_result {
-  uint64_t delid;                    /* ctrl params.del: the highest delid made (or the current) */
-  uint64_t hard_delid;               /* 0: nothing went for everyone */
-  qim_store_seq_range *hard_ranges;  /* Deleted or Recalled for everyone: pres del to all readers */
+  uint64_t delid;                   /* ctrl params.del: the highest delid made (or the current) */
+  uint64_t hard_delid;              /* 0: nothing went for everyone */
+  qim_store_seq_range *hard_ranges; /* Deleted or Recalled for everyone: pres del to all readers */
   size_t hard_count;
-  uint64_t soft_delid;               /* 0: nothing hidden for the requester alone */
-  qim_store_seq_range *soft_ranges;  /* pres del to the requester's other sessions */
+  uint64_t soft_delid;              /* 0: nothing hidden for the requester alone */
+  qim_store_seq_range *soft_ranges; /* pres del to the requester's other sessions */
   size_t soft_count;
-  uint32_t deleted, recalled, hidden;  /* messages by outcome */
-  int control_status;                /* 0, or the commit error of a Control (the change stands) */
+  uint32_t deleted, recalled, hidden; /* messages by outcome */
+  int control_status;                 /* 0, or the commit error of a Control (the change stands) */
 } qim_history_delete_result;
 
 /*
@@ -215,7 +215,8 @@ typedef struct qim_history_delete_result {
  * (ComplianceHold) before anything changes. Needs a current member with R. out owns its
  * arrays (qim_history_delete_result_free).
  */
-int qim_history_delete(qim_history *h, const qim_history_delete_req *d, qim_history_delete_result *out);
+int qim_history_delete(qim_history *h, const qim_history_delete_req *d,
+                       qim_history_delete_result *out);
 void qim_history_delete_result_free(qim_history_delete_result *r);
 
 /* ---- publishing --------------------------------------------------------------------------- */
@@ -224,19 +225,19 @@ void qim_history_delete_result_free(qim_history_delete_result *r);
 typedef struct qim_history_pub {
   qim_authenticated_actor actor;
   qim_conversation_id conversation_id;
-  qim_client_message_id client_message_id;  /* the client's cmid, or one the gateway made */
+  qim_client_message_id client_message_id; /* the client's cmid, or one the gateway made */
   qim_request_id request_id;
-  const json_t *head;                       /* NULL or a JSON object */
-  const json_t *content;                    /* required */
+  const json_t *head;    /* NULL or a JSON object */
+  const json_t *content; /* required */
   qim_trace_id trace_id;
 } qim_history_pub;
 
 typedef struct qim_history_pub_result {
-  qim_commit_result commit;                 /* status, ACK (seq for ctrl 202), reserve kind */
-  bool edit;                                /* head.replace named `replaced` */
+  qim_commit_result commit; /* status, ACK (seq for ctrl 202), reserve kind */
+  bool edit;                /* head.replace named `replaced` */
   qim_conversation_seq replaced;
-  qim_conversation_seq read, recv;          /* the sender's receipts afterwards */
-  int control_status;                       /* an edit's Control commit */
+  qim_conversation_seq read, recv; /* the sender's receipts afterwards */
+  int control_status;              /* an edit's Control commit */
 } qim_history_pub_result;
 
 /*
@@ -285,9 +286,9 @@ uint32_t qim_history_unread(const qim_store_conversation *c, const qim_store_mem
 /* ---- retention ------------------------------------------------------------------------- */
 
 typedef struct qim_history_sweep_result {
-  uint64_t expired;          /* records whose body was wiped this pass */
-  uint32_t conversations;    /* conversations whose retention floor rose */
-  uint32_t controls_failed;  /* Controls that could not be committed */
+  uint64_t expired;         /* records whose body was wiped this pass */
+  uint32_t conversations;   /* conversations whose retention floor rose */
+  uint32_t controls_failed; /* Controls that could not be committed */
 } qim_history_sweep_result;
 
 /*
@@ -307,12 +308,12 @@ void qim_history_sweeper_stop(qim_history *h);
 
 /* What a {pub} carries besides the content. */
 typedef struct qim_history_tinode_msg {
-  qim_message_content content;   /* owned */
-  qim_user_id *mentions;         /* owned; Drafty MN targets, distinct, at most max_mentions */
+  qim_message_content content; /* owned */
+  qim_user_id *mentions;       /* owned; Drafty MN targets, distinct, at most max_mentions */
   size_t mention_count;
-  bool has_reply_to;             /* head.reply ":N" */
+  bool has_reply_to; /* head.reply ":N" */
   qim_conversation_seq reply_to;
-  bool has_replace;              /* head.replace ":N" */
+  bool has_replace; /* head.replace ":N" */
   qim_conversation_seq replace;
 } qim_history_tinode_msg;
 
@@ -327,8 +328,9 @@ typedef struct qim_history_tinode_msg {
  * Errors: InvalidContent (no content, head not an object, head.replace not ":N"),
  * MessageTooLarge (payload + metadata above max_message_size). On error *out is zeroed.
  */
-int qim_history_content_from_tinode(const json_t *head, const json_t *content, uint32_t max_message_size,
-                                    uint32_t max_mentions, qim_history_tinode_msg *out);
+int qim_history_content_from_tinode(const json_t *head, const json_t *content,
+                                    uint32_t max_message_size, uint32_t max_mentions,
+                                    qim_history_tinode_msg *out);
 void qim_history_tinode_msg_free(qim_history_tinode_msg *m);
 
 /*

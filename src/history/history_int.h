@@ -30,13 +30,13 @@ struct qim_history {
   qim_store *store;
   qim_commit *commit;
   const qim_clock *clock;
-  qim_history_config cfg;          /* tenants / tenant_ages point at the copies below */
+  qim_history_config cfg; /* tenants / tenant_ages point at the copies below */
   qim_tenant_id *tenants;
   qim_history_tenant_age *ages;
-  pthread_mutex_t sweep_mu;        /* one sweep at a time; guards marks */
+  pthread_mutex_t sweep_mu; /* one sweep at a time; guards marks */
   qim__sweep_mark *marks;
   size_t mark_count;
-  pthread_mutex_t task_mu;         /* the sweeper task */
+  pthread_mutex_t task_mu; /* the sweeper task */
   pthread_cond_t task_cv;
   pthread_t task;
   bool task_running, task_stop;
@@ -44,24 +44,25 @@ struct qim_history {
 
 /* How a caller stands in one conversation. */
 typedef struct qim__view {
-  qim_store_conversation conv;     /* owned */
-  qim_store_member member;         /* owned */
-  uint32_t mode;                   /* effective: want & given */
-  bool current;                    /* a member now (not left, not banned) */
-  qim_conversation_seq low, high;  /* the window (low, high] */
+  qim_store_conversation conv;    /* owned */
+  qim_store_member member;        /* owned */
+  uint32_t mode;                  /* effective: want & given */
+  bool current;                   /* a member now (not left, not banned) */
+  qim_conversation_seq low, high; /* the window (low, high] */
 } qim__view;
 
 enum { QIM__NEED_READ = 0, QIM__NEED_CURRENT = 1 };
 
 /* Loads conversation and member row and checks access: R always; a current member when
  * `need` is QIM__NEED_CURRENT. HistoryAccessDenied otherwise. On error *v owns nothing. */
-int qim__history_view(qim_history *h, const qim_authenticated_actor *actor, qim_conversation_id conv, int need,
-                      qim__view *v);
+int qim__history_view(qim_history *h, const qim_authenticated_actor *actor,
+                      qim_conversation_id conv, int need, qim__view *v);
 /* The same, with the record query `also` run at the same moment (its req is set here; its
  * outcome is in also->req.status and its outputs, which the caller owns when 0 — also
  * when the view is refused). */
-int qim__history_view_and(qim_history *h, const qim_authenticated_actor *actor, qim_conversation_id conv, int need,
-                          qim_store_record_query_req *also, qim__view *v);
+int qim__history_view_and(qim_history *h, const qim_authenticated_actor *actor,
+                          qim_conversation_id conv, int need, qim_store_record_query_req *also,
+                          qim__view *v);
 void qim__view_free(qim__view *v);
 
 /* A store status in this module's vocabulary: -EAGAIN → QIM_AGAIN; domain codes pass;
@@ -72,7 +73,9 @@ int qim__history_store_error(int rc);
 #define QIM__HSYNC(h, call, r) qim__history_store_error(QIM_STORE_SYNC((h)->store, call, r))
 
 /* Milliseconds now, from the injected clock. */
-static inline uint64_t qim__history_now(const qim_history *h) { return qim_clock_wall_ms(h->clock); }
+static inline uint64_t qim__history_now(const qim_history *h) {
+  return qim_clock_wall_ms(h->clock);
+}
 
 /* Frees the records of a query request's output. */
 void qim__records_free(qim_message_record *r, size_t n);
@@ -97,8 +100,8 @@ typedef enum qim__control_op {
  * error (logged); never undoes the change.
  */
 int qim__history_control(qim_history *h, qim__control_op op, const qim_authenticated_actor *actor,
-                         qim_conversation_id conv, const qim_user_id *audience_user, uint64_t a, qim_u128 b,
-                         json_t *payload, const qim_trace_id *trace);
+                         qim_conversation_id conv, const qim_user_id *audience_user, uint64_t a,
+                         qim_u128 b, json_t *payload, const qim_trace_id *trace);
 
 /* Tinode delseq form: [{"low":l,"hi":h}], "hi" left out for a single message. New ref. */
 json_t *qim__ranges_json(const qim_store_seq_range *r, size_t n);

@@ -27,8 +27,8 @@ static uint32_t clamp(uint32_t v, uint32_t dflt, uint32_t max) {
 
 /* Runs the store query for `v`'s window and moves its output into `out`. */
 static int run_query(qim_history *h, const qim_authenticated_actor *actor, const qim__view *v,
-                     const qim_store_seq_range *ranges, size_t n, qim_history_direction dir, bool skip_deleted,
-                     uint32_t items, uint32_t bytes, qim_history_page *out) {
+                     const qim_store_seq_range *ranges, size_t n, qim_history_direction dir,
+                     bool skip_deleted, uint32_t items, uint32_t bytes, qim_history_page *out) {
   qim_store_record_query_req q = {
       .tenant_id = actor->tenant_id,
       .conversation_id = v->conv.conversation_id,
@@ -64,7 +64,8 @@ static void page_frame(const qim__view *v, qim_history_page *out) {
 /* Keeps the records of `q` inside the caller's window. Returns false when rows at the
  * start of the page were outside it while more rows exist (the page must be read again
  * with the real window); rows outside at the end mean nothing visible lies beyond. */
-static bool clip_to_window(const qim__view *v, qim_store_record_query_req *q, qim_history_page *out) {
+static bool clip_to_window(const qim__view *v, qim_store_record_query_req *q,
+                           qim_history_page *out) {
   qim_conversation_seq high = v->member.has_left_at ? v->member.left_at : UINT64_MAX;
   bool older = q->direction == QIM_HISTORY_DIRECTION_OLDER;
   size_t k = 0;
@@ -95,12 +96,20 @@ static bool clip_to_window(const qim__view *v, qim_store_record_query_req *q, qi
  * case the clip removed the start of a page that had more, it is read again exactly.
  */
 static int read_page(qim_history *h, const qim_authenticated_actor *a, qim_conversation_id conv,
-                     const qim_store_seq_range *r, size_t n, qim_history_direction dir, bool skip_deleted,
-                     uint32_t items, uint32_t bytes, qim__view *v, qim_history_page *out) {
+                     const qim_store_seq_range *r, size_t n, qim_history_direction dir,
+                     bool skip_deleted, uint32_t items, uint32_t bytes, qim__view *v,
+                     qim_history_page *out) {
   if (n == 0) return qim__history_view(h, a, conv, QIM__NEED_READ, v);
-  qim_store_record_query_req q = {.tenant_id = a->tenant_id, .conversation_id = conv, .viewer = a->user_id,
-                                  .window_high = SEQ_OPEN, .ranges = r, .range_count = n, .direction = dir,
-                                  .skip_deleted = skip_deleted, .max_items = items, .max_bytes = bytes};
+  qim_store_record_query_req q = {.tenant_id = a->tenant_id,
+                                  .conversation_id = conv,
+                                  .viewer = a->user_id,
+                                  .window_high = SEQ_OPEN,
+                                  .ranges = r,
+                                  .range_count = n,
+                                  .direction = dir,
+                                  .skip_deleted = skip_deleted,
+                                  .max_items = items,
+                                  .max_bytes = bytes};
   int rc = qim__history_view_and(h, a, conv, QIM__NEED_READ, &q, v);
   if (rc == 0 && q.req.status) {
     qim__view_free(v);
@@ -131,7 +140,8 @@ int qim_history_read(qim_history *h, const qim_history_query *q, qim_history_pag
   uint32_t items = clamp(q->max_items, h->cfg.page_default_items, h->cfg.page_max_items);
   uint32_t bytes = clamp(q->max_bytes, h->cfg.page_max_bytes, h->cfg.page_max_bytes);
   qim__view v;
-  int rc = read_page(h, &q->actor, q->conversation_id, &r, r.low < r.hi, q->direction, false, items, bytes, &v, out);
+  int rc = read_page(h, &q->actor, q->conversation_id, &r, r.low < r.hi, q->direction, false, items,
+                     bytes, &v, out);
   if (rc) return rc;
   if (q->anchor != 0 && q->anchor <= v.conv.retention_floor) {
     qim_history_page_free(out);
@@ -147,7 +157,8 @@ int qim_history_read(qim_history *h, const qim_history_query *q, qim_history_pag
 
 /* The requested seqs as [low, hi) intervals: the ranges (hi 0 = one message), or
  * [since, before). Empty intervals are dropped; the store clips the rest to the window. */
-static int get_intervals(const qim_history *h, const qim_history_get *g, qim_store_seq_range **out, size_t *n) {
+static int get_intervals(const qim_history *h, const qim_history_get *g, qim_store_seq_range **out,
+                         size_t *n) {
   *out = NULL;
   *n = 0;
   if (g->range_count > h->cfg.max_ranges || (g->range_count && !g->ranges))
@@ -192,7 +203,8 @@ int qim_history_get_data(qim_history *h, const qim_history_get *g, qim_history_p
   return 0;
 }
 
-/* ---- {data} ----------------------------------------------------------------------------------- */
+/* ---- {data} -----------------------------------------------------------------------------------
+ */
 
 int qim_history_data_json(const qim_message_record *r, const char *topic, json_t **out) {
   *out = NULL;

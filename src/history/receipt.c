@@ -16,10 +16,10 @@
 
 static int announce_read(qim_history *h, const qim_history_note_req *n, qim_conversation_seq read,
                          qim_conversation_seq recv) {
-  json_t *p = json_pack("{sssosIsI}", "op", "read", "user", qim__user_json(n->actor.user_id), "read",
-                        (json_int_t)read, "recv", (json_int_t)recv);
-  return qim__history_control(h, QIM__CONTROL_READ, &n->actor, n->conversation_id, &n->actor.user_id, read,
-                              n->actor.user_id.v, p, &n->trace_id);
+  json_t *p = json_pack("{sssosIsI}", "op", "read", "user", qim__user_json(n->actor.user_id),
+                        "read", (json_int_t)read, "recv", (json_int_t)recv);
+  return qim__history_control(h, QIM__CONTROL_READ, &n->actor, n->conversation_id,
+                              &n->actor.user_id, read, n->actor.user_id.v, p, &n->trace_id);
 }
 
 int qim_history_note(qim_history *h, const qim_history_note_req *n, qim_history_note_result *out) {
@@ -32,11 +32,14 @@ int qim_history_note(qim_history *h, const qim_history_note_req *n, qim_history_
     qim__view_free(&v);
     return qim_err_raise(QIM_E_MESSAGE_STORE_INVALID_RANGE);
   }
-  qim_store_member_receipt_req q = {.tenant_id = n->actor.tenant_id, .conversation_id = n->conversation_id,
-                                    .user_id = n->actor.user_id, .recv_seq = n->seq,
+  qim_store_member_receipt_req q = {.tenant_id = n->actor.tenant_id,
+                                    .conversation_id = n->conversation_id,
+                                    .user_id = n->actor.user_id,
+                                    .recv_seq = n->seq,
                                     .read_seq = n->what == QIM_HISTORY_NOTE_READ ? n->seq : 0};
   rc = QIM__HSYNC(h, conversations.member_receipt, &q);
-  if (rc == -ENOENT) rc = qim_err_raise(QIM_E_MESSAGE_STORE_HISTORY_ACCESS_DENIED); /* left meanwhile */
+  if (rc == -ENOENT)
+    rc = qim_err_raise(QIM_E_MESSAGE_STORE_HISTORY_ACCESS_DENIED); /* left meanwhile */
   if (rc == 0) {
     bool read_moved = q.out_read > v.member.read_seq;
     out->changed = read_moved || q.out_recv > v.member.recv_seq;

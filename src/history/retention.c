@@ -27,7 +27,8 @@
  * after its MessageId's time is still found. */
 #define SWEEP_SLACK_MS (3600u * 1000u)
 
-static bool class_age(const qim_history *h, qim_tenant_id t, qim_retention_class cls, uint64_t *age) {
+static bool class_age(const qim_history *h, qim_tenant_id t, qim_retention_class cls,
+                      uint64_t *age) {
   if (cls == QIM_RETENTION_CLASS_EPHEMERAL_24H) {
     *age = h->cfg.ephemeral_age_ms;
     return true;
@@ -52,33 +53,35 @@ static qim__sweep_mark *mark_of(qim_history *h, qim_tenant_id t, qim_retention_c
 
 /* The Control of one expiry is attributed to the conversation's owner (a group) or its
  * first user (direct), as the system speaking for it. */
-static int announce_expiry(qim_history *h, qim_tenant_id t, const qim_store_retention_floor *f, uint64_t delid,
-                           qim_retention_class cls) {
+static int announce_expiry(qim_history *h, qim_tenant_id t, const qim_store_retention_floor *f,
+                           uint64_t delid, qim_retention_class cls) {
   qim_store_conv_get_req cg = {.tenant_id = t, .conversation_id = f->conversation_id};
   int rc = QIM__HSYNC(h, conversations.get, &cg);
   if (rc) return rc;
-  qim_user_id who = cg.out.kind == QIM_CONVERSATION_GROUP ? cg.out.owner_id : cg.out.direct_users[0];
+  qim_user_id who =
+      cg.out.kind == QIM_CONVERSATION_GROUP ? cg.out.owner_id : cg.out.direct_users[0];
   qim_store_conversation_free(&cg.out);
   qim_authenticated_actor actor = {t, who, {{0, 0}}};
-  json_t *p = json_pack("{sssIsIss}", "op", "expire", "through", (json_int_t)f->floor, "delid", (json_int_t)delid,
-                        "class", cls == QIM_RETENTION_CLASS_EPHEMERAL_24H ? "ephemeral24h" : "tenant");
-  return qim__history_control(h, QIM__CONTROL_EXPIRE, &actor, f->conversation_id, NULL, f->floor, (qim_u128){0, 0},
-                              p, NULL);
+  json_t *p = json_pack("{sssIsIss}", "op", "expire", "through", (json_int_t)f->floor, "delid",
+                        (json_int_t)delid, "class",
+                        cls == QIM_RETENTION_CLASS_EPHEMERAL_24H ? "ephemeral24h" : "tenant");
+  return qim__history_control(h, QIM__CONTROL_EXPIRE, &actor, f->conversation_id, NULL, f->floor,
+                              (qim_u128){0, 0}, p, NULL);
 }
 
 /* A dellog row for everyone over the seqs that just expired, then the Control. */
-static void floor_rose(qim_history *h, qim_tenant_id t, const qim_store_retention_floor *f, qim_retention_class cls,
-                       qim_history_sweep_result *res) {
+static void floor_rose(qim_history *h, qim_tenant_id t, const qim_store_retention_floor *f,
+                       qim_retention_class cls, qim_history_sweep_result *res) {
   res->conversations++;
   qim_store_seq_range r = {f->previous + 1, f->floor + 1};
-  qim_store_dellog_add_req q = {.tenant_id = t, .conversation_id = f->conversation_id, .ranges = &r,
-                                .range_count = 1};
+  qim_store_dellog_add_req q = {
+      .tenant_id = t, .conversation_id = f->conversation_id, .ranges = &r, .range_count = 1};
   int rc = QIM__HSYNC(h, history.dellog_add, &q);
   if (rc == 0) rc = announce_expiry(h, t, f, q.out_delid, cls);
   if (rc) {
     res->controls_failed++;
-    QIM_LOGW(NULL, "history.expiry_announce_failed", "floor=%llu err=%s", (unsigned long long)f->floor,
-             qim_err_name(rc));
+    QIM_LOGW(NULL, "history.expiry_announce_failed", "floor=%llu err=%s",
+             (unsigned long long)f->floor, qim_err_name(rc));
   }
 }
 
@@ -91,8 +94,12 @@ static int sweep_class(qim_history *h, qim_tenant_id t, qim_retention_class cls,
   qim_timestamp_millis before = now - age;
   qim_timestamp_millis after = mark->before > SWEEP_SLACK_MS ? mark->before - SWEEP_SLACK_MS : 0;
   for (;;) {
-    qim_store_record_expire_req q = {.retention_class = cls, .tenant_id = t, .after = after, .before = before,
-                                     .now = now, .limit = h->cfg.sweep_batch};
+    qim_store_record_expire_req q = {.retention_class = cls,
+                                     .tenant_id = t,
+                                     .after = after,
+                                     .before = before,
+                                     .now = now,
+                                     .limit = h->cfg.sweep_batch};
     int rc = QIM__HSYNC(h, history.expire, &q);
     if (rc) return rc;
     res->expired += q.out_count;
@@ -112,12 +119,13 @@ int qim_history_sweep(qim_history *h, qim_history_sweep_result *out) {
   pthread_mutex_lock(&h->sweep_mu);
   for (size_t i = 0; rc == 0 && i < h->cfg.tenant_count; i++) {
     rc = sweep_class(h, h->cfg.tenants[i], QIM_RETENTION_CLASS_EPHEMERAL_24H, now, &res);
-    if (rc == 0) rc = sweep_class(h, h->cfg.tenants[i], QIM_RETENTION_CLASS_TENANT_CUSTOM, now, &res);
+    if (rc == 0)
+      rc = sweep_class(h, h->cfg.tenants[i], QIM_RETENTION_CLASS_TENANT_CUSTOM, now, &res);
   }
   pthread_mutex_unlock(&h->sweep_mu);
   if (res.expired)
-    QIM_LOGI(NULL, "history.swept", "expired=%llu conversations=%u", (unsigned long long)res.expired,
-             res.conversations);
+    QIM_LOGI(NULL, "history.swept", "expired=%llu conversations=%u",
+             (unsigned long long)res.expired, res.conversations);
   if (out) *out = res;
   return rc;
 }

@@ -59,8 +59,9 @@ static void record_get_discard(qim_store_req *base) {
 
 static int record_get_exec(sq_conn *c, qim_store_req *base) {
   qim_store_record_get_req *r = (void *)base;
-  sqlite3_stmt *st = sq_prep(c, "SELECT state, body FROM records WHERE tenant=? AND conv=?"
-                                " AND seq=?");
+  sqlite3_stmt *st = sq_prep(c,
+                             "SELECT state, body FROM records WHERE tenant=? AND conv=?"
+                             " AND seq=?");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_u64(st, 3, r->seq);
@@ -69,8 +70,8 @@ static int record_get_exec(sq_conn *c, qim_store_req *base) {
   return decode_record(st, 0, 1, &r->out);
 }
 
-const sq_op sq_op_record_get = {"history.get", false, record_get_prepare, record_get_exec,
-                                record_get_discard, HISTORY_ERRORS};
+const sq_op sq_op_record_get = {
+    "history.get", false, record_get_prepare, record_get_exec, record_get_discard, HISTORY_ERRORS};
 
 /* ---- query -------------------------------------------------------------------------------- */
 
@@ -101,7 +102,7 @@ static int cmp_range(const void *a, const void *b) {
 /* The query's seq intervals [low, hi): the ranges (or everything) clipped to the window
  * (window_low, window_high], sorted and merged. Returns the count. */
 static size_t query_intervals(const qim_store_record_query_req *r, qim_store_seq_range **out) {
-  uint64_t lo = r->window_low + 1;
+  uint64_t lo = r->window_low >= (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : r->window_low + 1;
   uint64_t hi = r->window_high >= (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : r->window_high + 1;
   size_t n = r->range_count ? r->range_count : 1;
   qim_store_seq_range *v = qim_malloc(n * sizeof *v);
@@ -243,16 +244,19 @@ static int record_query_exec(sq_conn *c, qim_store_req *base) {
   return rc;
 }
 
-const sq_op sq_op_record_query = {"history.query", false, record_query_prepare, record_query_exec,
+const sq_op sq_op_record_query = {"history.query",      false,
+                                  record_query_prepare, record_query_exec,
                                   record_query_discard, HISTORY_ERRORS};
 
 /* ---- state changes and wiping --------------------------------------------------------------- */
 
 /* Sets one record's state; with `wipe` its content goes everywhere the store holds it. */
 static int change_record(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
-                         qim_conversation_seq seq, qim_message_state state, bool wipe, uint64_t now) {
-  sqlite3_stmt *st = sq_prep(c, "SELECT state, body, sender, cmid FROM records"
-                                " WHERE tenant=? AND conv=? AND seq=?");
+                         qim_conversation_seq seq, qim_message_state state, bool wipe,
+                         uint64_t now) {
+  sqlite3_stmt *st = sq_prep(c,
+                             "SELECT state, body, sender, cmid FROM records"
+                             " WHERE tenant=? AND conv=? AND seq=?");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, t, conv);
   sq_bind_u64(st, 3, seq);
@@ -300,8 +304,8 @@ static int set_state_exec(sq_conn *c, qim_store_req *base) {
   return change_record(c, r->tenant_id, r->conversation_id, r->seq, r->state, r->wipe_body, r->now);
 }
 
-const sq_op sq_op_record_set_state = {"history.set_state", true, set_state_prepare, set_state_exec,
-                                      NULL, HISTORY_ERRORS};
+const sq_op sq_op_record_set_state = {"history.set_state", true, set_state_prepare,
+                                      set_state_exec,      NULL, HISTORY_ERRORS};
 
 static int expire_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -429,8 +433,9 @@ static int dellog_bump(sq_conn *c, const qim_store_dellog_add_req *r, uint64_t *
 }
 
 static int dellog_clear(sq_conn *c, const qim_store_dellog_add_req *r, uint64_t delid) {
-  sqlite3_stmt *st = sq_prep(c, "UPDATE members SET clear_delid=? WHERE tenant=? AND conv=?"
-                                " AND user=?");
+  sqlite3_stmt *st = sq_prep(c,
+                             "UPDATE members SET clear_delid=? WHERE tenant=? AND conv=?"
+                             " AND user=?");
   if (!st) return sq_last_error(c);
   sq_bind_u64(st, 1, delid);
   bind_conv(st, 2, r->tenant_id, r->conversation_id);
@@ -446,8 +451,9 @@ static int dellog_add_exec(sq_conn *c, qim_store_req *base) {
   int rc = dellog_bump(c, r, &delid);
   if (rc == 0 && r->has_for_user) rc = dellog_clear(c, r, delid);
   if (rc) return rc;
-  sqlite3_stmt *st = sq_prep(c, "INSERT INTO dellog(tenant, conv, delid, for_user, low, hi)"
-                                " VALUES(?, ?, ?, ?, ?, ?)");
+  sqlite3_stmt *st = sq_prep(c,
+                             "INSERT INTO dellog(tenant, conv, delid, for_user, low, hi)"
+                             " VALUES(?, ?, ?, ?, ?, ?)");
   if (!st) return sq_last_error(c);
   for (size_t i = 0; i < r->range_count; i++) {
     sqlite3_reset(st);
@@ -465,8 +471,8 @@ static int dellog_add_exec(sq_conn *c, qim_store_req *base) {
   return 0;
 }
 
-const sq_op sq_op_dellog_add = {"history.dellog_add", true, dellog_add_prepare, dellog_add_exec,
-                                NULL, HISTORY_ERRORS};
+const sq_op sq_op_dellog_add = {"history.dellog_add", true, dellog_add_prepare,
+                                dellog_add_exec,      NULL, HISTORY_ERRORS};
 
 static int dellog_query_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -518,5 +524,6 @@ static int dellog_query_exec(sq_conn *c, qim_store_req *base) {
   return rc;
 }
 
-const sq_op sq_op_dellog_query = {"history.dellog_query", false, dellog_query_prepare,
-                                  dellog_query_exec, dellog_query_discard, HISTORY_ERRORS};
+const sq_op sq_op_dellog_query = {"history.dellog_query", false,
+                                  dellog_query_prepare,   dellog_query_exec,
+                                  dellog_query_discard,   HISTORY_ERRORS};

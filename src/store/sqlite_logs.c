@@ -16,7 +16,7 @@
 #include "qim/shard.h"
 #include "store/sqlite_int.h"
 
-#define LOG_ERRORS \
+#define LOG_ERRORS                                                    \
   QIM_E_COMMIT_LOG_UNAVAILABLE, QIM_E_COMMIT_LOG_TRANSACTION_ABORTED, \
       QIM_E_COMMIT_LOG_PUBLICATION_NOT_DURABLE
 
@@ -96,9 +96,10 @@ int sq_log_append_one(sq_conn *c, qim_log_stream stream, const uint8_t key[16],
 }
 
 static int set_consumer(sq_conn *c, const char *consumer, int64_t stream, uint64_t offset) {
-  sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO log_consumers(consumer, stream, offset) VALUES(?, ?, ?)"
-                             " ON CONFLICT(consumer, stream) DO UPDATE SET offset = excluded.offset");
+  sqlite3_stmt *st =
+      sq_prep(c,
+              "INSERT INTO log_consumers(consumer, stream, offset) VALUES(?, ?, ?)"
+              " ON CONFLICT(consumer, stream) DO UPDATE SET offset = excluded.offset");
   if (!st) return sq_last_error(c);
   sq_bind_text(st, 1, consumer);
   sqlite3_bind_int64(st, 2, stream);
@@ -109,14 +110,13 @@ static int set_consumer(sq_conn *c, const char *consumer, int64_t stream, uint64
 /* ---- append -------------------------------------------------------------------------------- */
 
 static int append_prepare(const sq_store *st, qim_store_req *base) {
-  (void)st;
   qim_store_log_append_req *r = (void *)base;
   if (r->append_count && !r->appends) return -EINVAL;
   if (!r->append_count && !r->has_consumer) return -EINVAL;
-  if (r->has_consumer && (!r->consumer || !sq_stream_valid(r->consumer_stream))) return -EINVAL;
+  if (r->has_consumer && (!r->consumer || !sq_stream_valid(st, r->consumer_stream))) return -EINVAL;
   for (size_t i = 0; i < r->append_count; i++) {
     const qim_store_log_append *a = &r->appends[i];
-    if (!sq_stream_valid(a->stream) || (a->payload.n && !a->payload.p)) return -EINVAL;
+    if (!sq_stream_valid(st, a->stream) || (a->payload.n && !a->payload.p)) return -EINVAL;
   }
   return 0;
 }
@@ -139,11 +139,10 @@ const sq_op sq_op_log_append = {"log.append", true, append_prepare, append_exec,
 /* ---- read ------------------------------------------------------------------------------------ */
 
 static int read_prepare(const sq_store *st, qim_store_req *base) {
-  (void)st;
   qim_store_log_read_req *r = (void *)base;
   r->out_records = NULL;
   r->out_count = 0;
-  return sq_stream_valid(r->stream) && r->max > 0 ? 0 : -EINVAL;
+  return sq_stream_valid(st, r->stream) && r->max > 0 ? 0 : -EINVAL;
 }
 
 static void read_discard(qim_store_req *base) {
@@ -195,9 +194,8 @@ const sq_op sq_op_log_read = {"log.read", false, read_prepare, read_exec, read_d
 /* ---- consumers ------------------------------------------------------------------------------ */
 
 static int consumer_get_prepare(const sq_store *st, qim_store_req *base) {
-  (void)st;
   qim_store_log_consumer_get_req *r = (void *)base;
-  return r->consumer && sq_stream_valid(r->stream) ? 0 : -EINVAL;
+  return r->consumer && sq_stream_valid(st, r->stream) ? 0 : -EINVAL;
 }
 
 static int consumer_get_exec(sq_conn *c, qim_store_req *base) {
@@ -212,12 +210,11 @@ static int consumer_get_exec(sq_conn *c, qim_store_req *base) {
 }
 
 const sq_op sq_op_consumer_get = {"log.consumer_get", false, consumer_get_prepare,
-                                  consumer_get_exec, NULL, LOG_ERRORS};
+                                  consumer_get_exec,  NULL,  LOG_ERRORS};
 
 static int consumer_set_prepare(const sq_store *st, qim_store_req *base) {
-  (void)st;
   qim_store_log_consumer_set_req *r = (void *)base;
-  return r->consumer && sq_stream_valid(r->stream) ? 0 : -EINVAL;
+  return r->consumer && sq_stream_valid(st, r->stream) ? 0 : -EINVAL;
 }
 
 static int consumer_set_exec(sq_conn *c, qim_store_req *base) {
@@ -226,14 +223,14 @@ static int consumer_set_exec(sq_conn *c, qim_store_req *base) {
 }
 
 const sq_op sq_op_consumer_set = {"log.consumer_set", true, consumer_set_prepare,
-                                  consumer_set_exec, NULL, LOG_ERRORS};
+                                  consumer_set_exec,  NULL, LOG_ERRORS};
 
-/* ---- trim and redact --------------------------------------------------------------------------- */
+/* ---- trim and redact ---------------------------------------------------------------------------
+ */
 
 static int trim_prepare(const sq_store *st, qim_store_req *base) {
-  (void)st;
   qim_store_log_trim_req *r = (void *)base;
-  return sq_stream_valid(r->stream) ? 0 : -EINVAL;
+  return sq_stream_valid(st, r->stream) ? 0 : -EINVAL;
 }
 
 /* The lowest committed consumer offset of the stream, or UINT64_MAX when none. */
@@ -280,9 +277,8 @@ static int trim_exec(sq_conn *c, qim_store_req *base) {
 const sq_op sq_op_log_trim = {"log.trim", true, trim_prepare, trim_exec, NULL, LOG_ERRORS};
 
 static int redact_prepare(const sq_store *st, qim_store_req *base) {
-  (void)st;
   qim_store_log_redact_req *r = (void *)base;
-  if (!sq_stream_valid(r->position.stream) || (r->payload.n && !r->payload.p)) return -EINVAL;
+  if (!sq_stream_valid(st, r->position.stream) || (r->payload.n && !r->payload.p)) return -EINVAL;
   return 0;
 }
 

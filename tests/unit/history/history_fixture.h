@@ -24,6 +24,7 @@
 #include "qim/mem.h"
 #include "qim/record.h"
 #include "store/store.h"
+#include "testsupport.h" /* cmocka, tmpdirs */
 
 #define HX_FN static __attribute__((unused))
 #define HX_TENANT ((qim_tenant_id){{0, 7}})
@@ -34,16 +35,22 @@ typedef struct hx {
   char *dir;
   qim_manual_clock clock;
   qim_store *store;
-  qim_commit *commit;               /* Default retention: the history's */
-  qim_commit *by_class[4];          /* client messages of each retention class */
+  qim_commit *commit;      /* Default retention: the history's */
+  qim_commit *by_class[4]; /* client messages of each retention class */
   qim_groups *groups;
   qim_history *history;
   qim_history_config cfg;
 } hx;
 
-HX_FN qim_user_id hx_user(uint64_t n) { return (qim_user_id){{0x55, n}}; }
-HX_FN qim_group_id hx_group(uint64_t n) { return (qim_group_id){{0x66, n}}; }
-HX_FN qim_conversation_id hx_conv(uint64_t g) { return qim_group_conversation(hx_group(g)); }
+HX_FN qim_user_id hx_user(uint64_t n) {
+  return (qim_user_id){{0x55, n}};
+}
+HX_FN qim_group_id hx_group(uint64_t n) {
+  return (qim_group_id){{0x66, n}};
+}
+HX_FN qim_conversation_id hx_conv(uint64_t g) {
+  return qim_group_conversation(hx_group(g));
+}
 HX_FN qim_authenticated_actor hx_actor(uint64_t n) {
   return (qim_authenticated_actor){HX_TENANT, hx_user(n), {{0xDE, n}}};
 }
@@ -57,7 +64,8 @@ HX_FN void hx_config(qim_history_config *c) {
 }
 
 /* `store_over` NULL: history over the real store; else over that (a wrapper). */
-HX_FN void hx_open_with(hx *x, const char *tag, const qim_history_config *cfg, qim_store *store_over) {
+HX_FN void hx_open_with(hx *x, const char *tag, const qim_history_config *cfg,
+                        qim_store *store_over) {
   memset(x, 0, sizeof *x);
   x->dir = qim_test_tmpdir(tag);
   char url[512];
@@ -69,7 +77,8 @@ HX_FN void hx_open_with(hx *x, const char *tag, const qim_history_config *cfg, q
     qim_commit_config cc;
     qim_commit_config_default(&cc);
     cc.rate_per_sec = 0;
-    cc.verify_outbox = false; /* commit c2bd0da: read_done frees its read after verify() reused the request union */
+    cc.verify_outbox = false; /* commit c2bd0da: read_done frees its read after verify() reused the
+                                 request union */
     cc.node_id = 10 + (uint32_t)cls;
     cc.retention_class = (qim_retention_class)cls;
     assert_int_equal(qim_commit_create(x->store, &x->clock.clock, NULL, &cc, &x->by_class[cls]), 0);
@@ -84,7 +93,9 @@ HX_FN void hx_open_with(hx *x, const char *tag, const qim_history_config *cfg, q
   assert_int_equal(qim_history_open(s, x->commit, &x->clock.clock, &x->cfg, &x->history), 0);
 }
 
-HX_FN void hx_open(hx *x, const char *tag, const qim_history_config *cfg) { hx_open_with(x, tag, cfg, NULL); }
+HX_FN void hx_open(hx *x, const char *tag, const qim_history_config *cfg) {
+  hx_open_with(x, tag, cfg, NULL);
+}
 
 HX_FN void hx_close(hx *x) {
   qim_history_close(x->history);
@@ -133,8 +144,11 @@ HX_FN int hx_pub_json(hx *x, uint64_t g, uint64_t sender, const char *head, cons
   json_t *h = head ? json_loads(head, JSON_DECODE_ANY, NULL) : NULL;
   json_t *c = json_loads(content, JSON_DECODE_ANY, NULL);
   assert_non_null(c);
-  qim_history_pub p = {.actor = hx_actor(sender), .conversation_id = hx_conv(g),
-                       .client_message_id = hx_cmid(sender), .head = h, .content = c,
+  qim_history_pub p = {.actor = hx_actor(sender),
+                       .conversation_id = hx_conv(g),
+                       .client_message_id = hx_cmid(sender),
+                       .head = h,
+                       .content = c,
                        .trace_id = qim_trace_id_new()};
   qim_history_pub_result r;
   int rc = qim_history_publish(x->history, &p, &r);
@@ -195,7 +209,8 @@ HX_FN qim_message_state hx_state(hx *x, uint64_t g, qim_conversation_seq seq) {
 }
 
 HX_FN qim_store_member hx_member(hx *x, uint64_t g, uint64_t user) {
-  qim_store_member_get_req r = {.tenant_id = HX_TENANT, .conversation_id = hx_conv(g), .user_id = hx_user(user)};
+  qim_store_member_get_req r = {
+      .tenant_id = HX_TENANT, .conversation_id = hx_conv(g), .user_id = hx_user(user)};
   assert_int_equal(QIM_STORE_SYNC(x->store, conversations.member_get, &r), 0);
   return r.out;
 }
@@ -207,8 +222,8 @@ HX_FN qim_store_conversation hx_conversation(hx *x, uint64_t g) {
 }
 
 /* get data for `user` as a comma-separated list of seqs, newest first ("" when none). */
-HX_FN int hx_get(hx *x, uint64_t g, uint64_t user, const qim_history_get *tmpl, char *out, size_t cap,
-                 bool *has_more) {
+HX_FN int hx_get(hx *x, uint64_t g, uint64_t user, const qim_history_get *tmpl, char *out,
+                 size_t cap, bool *has_more) {
   qim_history_get q = *tmpl;
   q.actor = hx_actor(user);
   q.conversation_id = hx_conv(g);
@@ -233,11 +248,14 @@ HX_FN json_t *hx_controls(hx *x, qim_committed_envelope *env_out) {
   json_t *all = json_array();
   for (size_t i = 0; i < r.out_count; i++) {
     qim_committed_envelope env;
-    assert_int_equal(qim_committed_envelope_decode(r.out_records[i].payload.p, r.out_records[i].payload.n, &env), 0);
+    assert_int_equal(
+        qim_committed_envelope_decode(r.out_records[i].payload.p, r.out_records[i].payload.n, &env),
+        0);
     const qim_message_content *c = &env.record.content;
     if (c->message_type == QIM_MESSAGE_TYPE_CONTROL && c->custom_type &&
         strcmp(c->custom_type, QIM_HISTORY_CONTROL_TYPE) == 0) {
-      json_t *j = json_loadb((const char *)c->payload_or_ciphertext.p, c->payload_or_ciphertext.n, 0, NULL);
+      json_t *j =
+          json_loadb((const char *)c->payload_or_ciphertext.p, c->payload_or_ciphertext.n, 0, NULL);
       assert_non_null(j);
       json_array_append_new(all, j);
       if (env_out) {
@@ -262,8 +280,12 @@ HX_FN json_t *hx_last_control(hx *x, qim_committed_envelope *env_out) {
   return last;
 }
 
-HX_FN const char *hx_str(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
-HX_FN json_int_t hx_int(json_t *o, const char *k) { return json_integer_value(json_object_get(o, k)); }
+HX_FN const char *hx_str(json_t *o, const char *k) {
+  return json_string_value(json_object_get(o, k));
+}
+HX_FN json_int_t hx_int(json_t *o, const char *k) {
+  return json_integer_value(json_object_get(o, k));
+}
 
 HX_FN char *hx_name(uint64_t user) {
   static char buf[4][QIM_TOPIC_NAME_CAP];

@@ -4,9 +4,8 @@
  * hard ranges, ComplianceHold, clipping to the window, access, `get del`, delid and clear
  * bookkeeping, and the Control message of each delete.
  */
-#include "testsupport.h"
-
 #include "history_fixture.h"
+#include "testsupport.h"
 
 #define OWNER 1
 #define ADMIN 2
@@ -38,8 +37,12 @@ static void make_group(hx *x, uint64_t g) {
 
 static int del(hx *x, uint64_t g, uint64_t actor, bool hard, const qim_store_seq_range *r, size_t n,
                qim_history_delete_result *out) {
-  qim_history_delete_req d = {.actor = hx_actor(actor), .conversation_id = hx_conv(g), .ranges = r,
-                              .range_count = n, .hard = hard, .trace_id = qim_trace_id_new()};
+  qim_history_delete_req d = {.actor = hx_actor(actor),
+                              .conversation_id = hx_conv(g),
+                              .ranges = r,
+                              .range_count = n,
+                              .hard = hard,
+                              .trace_id = qim_trace_id_new()};
   return qim_history_delete(x->history, &d, out);
 }
 
@@ -95,14 +98,16 @@ static void check_hidden(hx *x, uint64_t g, const rule_case *c, qim_conversation
   assert_int_equal(hx_int(j, "delid"), (json_int_t)r->soft_delid);
   assert_int_equal(env.intent.delivery.audience.kind, QIM_DELIVERY_AUDIENCE_DIRECT);
   assert_int_equal(env.intent.delivery.audience.direct.recipient_count, 1);
-  assert_true(qim_u128_eq(env.intent.delivery.audience.direct.recipients[0].v, hx_user(c->actor).v));
+  assert_true(
+      qim_u128_eq(env.intent.delivery.audience.direct.recipients[0].v, hx_user(c->actor).v));
   qim_committed_envelope_free(&env);
   json_decref(j);
 }
 
 static void check_gone(hx *x, uint64_t g, const rule_case *c, qim_conversation_seq seq,
                        const qim_history_delete_result *r) {
-  qim_message_state want = c->want == RECALLED ? QIM_MESSAGE_STATE_RECALLED : QIM_MESSAGE_STATE_DELETED;
+  qim_message_state want =
+      c->want == RECALLED ? QIM_MESSAGE_STATE_RECALLED : QIM_MESSAGE_STATE_DELETED;
   qim_message_record rec = hx_record(x, g, seq);
   assert_int_equal(rec.state, want);
   assert_int_equal(rec.content.payload_or_ciphertext.n, 0);
@@ -159,7 +164,8 @@ static void test_every_delete_rule(void **state) {
   }
 }
 
-/* ---- validation ---------------------------------------------------------------------------------- */
+/* ---- validation
+ * ---------------------------------------------------------------------------------- */
 
 typedef struct range_case {
   const char *name;
@@ -175,11 +181,21 @@ static const range_case RANGES[] = {
     {"hi below low", {{5, 3}}, 1, QIM_E_MESSAGE_STORE_INVALID_RANGE, 0, 0},
     {"hi past the latest is clipped to latest + 1", {{38, 1000}}, 1, 0, 38, 41},
     {"hi equal to low is one message", {{7, 7}}, 1, 0, 7, 8},
-    {"more than the maximum over several ranges", {{1, 7}, {10, 16}}, 2, QIM_E_MESSAGE_STORE_INVALID_RANGE, 0, 0},
+    {"more than the maximum over several ranges",
+     {{1, 7}, {10, 16}},
+     2,
+     QIM_E_MESSAGE_STORE_INVALID_RANGE,
+     0,
+     0},
     {"exactly the maximum over several ranges", {{1, 6}, {10, 15}}, 2, 0, 1, 15},
     {"one long range is not limited", {{1, 30}}, 1, 0, 1, 30},
     {"overlapping ranges merge into one", {{3, 5}, {4, 20}}, 2, 0, 3, 20},
-    {"more ranges than max_ranges", {{1, 0}, {3, 0}, {5, 0}, {7, 0}, {9, 0}}, 5, QIM_E_MESSAGE_STORE_INVALID_RANGE, 0, 0},
+    {"more ranges than max_ranges",
+     {{1, 0}, {3, 0}, {5, 0}, {7, 0}, {9, 0}},
+     5,
+     QIM_E_MESSAGE_STORE_INVALID_RANGE,
+     0,
+     0},
     {"no ranges", {{0}}, 0, QIM_E_MESSAGE_STORE_INVALID_RANGE, 0, 0},
 };
 
@@ -205,7 +221,8 @@ static void test_delete_ranges_are_validated_like_tinode(void **state) {
   }
 }
 
-/* ---- mixed ranges, holds, windows, access ---------------------------------------------------------- */
+/* ---- mixed ranges, holds, windows, access
+ * ---------------------------------------------------------- */
 
 static void test_a_hard_range_splits_into_recalled_and_hidden(void **state) {
   hx *x = *state;
@@ -241,7 +258,8 @@ static void test_compliance_hold_refuses_hard_delete_and_recall_but_not_soft(voi
   hx *x = *state;
   make_group(x, 1);
   hx_pub(x, 1, OTHER, "plain");
-  qim_conversation_seq held = hx_send_class(x, 1, MEMBER, "held", QIM_RETENTION_CLASS_COMPLIANCE_HOLD);
+  qim_conversation_seq held =
+      hx_send_class(x, 1, MEMBER, "held", QIM_RETENTION_CLASS_COMPLIANCE_HOLD);
   qim_store_conversation before = hx_conversation(x, 1);
   qim_history_delete_result r;
   assert_int_equal(del(x, 1, OWNER, true, (qim_store_seq_range[]){{1, 3}}, 1, &r),
@@ -251,7 +269,8 @@ static void test_compliance_hold_refuses_hard_delete_and_recall_but_not_soft(voi
                    QIM_E_MESSAGE_STORE_COMPLIANCE_HOLD); /* recall */
   qim_store_conversation mid = hx_conversation(x, 1);
   assert_int_equal(mid.delid, before.delid);
-  assert_int_equal(del(x, 1, OTHER, true, (qim_store_seq_range[]){{held, 0}}, 1, &r), 0); /* no rights: soft */
+  assert_int_equal(del(x, 1, OTHER, true, (qim_store_seq_range[]){{held, 0}}, 1, &r),
+                   0); /* no rights: soft */
   assert_int_equal(r.hidden, 1);
   assert_int_equal(hx_state(x, 1, held), QIM_MESSAGE_STATE_NORMAL);
   qim_history_delete_result_free(&r);
@@ -291,16 +310,20 @@ static void test_deletes_by_non_members_or_former_members_are_access_denied(void
                    QIM_E_MESSAGE_STORE_HISTORY_ACCESS_DENIED);
 }
 
-/* ---- get del ---------------------------------------------------------------------------------------- */
+/* ---- get del
+ * ---------------------------------------------------------------------------------------- */
 
 static void test_get_del_lists_own_and_everyones_ranges_since_a_delid(void **state) {
   hx *x = *state;
   make_group(x, 1);
   hx_pub_many(x, 1, OTHER, 10);
   qim_history_delete_result r1, r2, r3;
-  assert_int_equal(del(x, 1, MEMBER, false, (qim_store_seq_range[]){{1, 3}}, 1, &r1), 0);  /* MEMBER's */
-  assert_int_equal(del(x, 1, OTHER, false, (qim_store_seq_range[]){{4, 6}}, 1, &r2), 0);   /* OTHER's */
-  assert_int_equal(del(x, 1, OWNER, true, (qim_store_seq_range[]){{8, 0}}, 1, &r3), 0);    /* everyone's */
+  assert_int_equal(del(x, 1, MEMBER, false, (qim_store_seq_range[]){{1, 3}}, 1, &r1),
+                   0); /* MEMBER's */
+  assert_int_equal(del(x, 1, OTHER, false, (qim_store_seq_range[]){{4, 6}}, 1, &r2),
+                   0); /* OTHER's */
+  assert_int_equal(del(x, 1, OWNER, true, (qim_store_seq_range[]){{8, 0}}, 1, &r3),
+                   0); /* everyone's */
   qim_history_del_query q = {.actor = hx_actor(MEMBER), .conversation_id = hx_conv(1)};
   qim_history_del_page p;
   assert_int_equal(qim_history_get_del(x->history, &q, &p), 0);
@@ -327,7 +350,8 @@ static void test_get_del_lists_own_and_everyones_ranges_since_a_delid(void **sta
   assert_int_equal(p.range_count, 0);
   qim_history_del_page_free(&p);
   q.actor = hx_actor(77);
-  assert_int_equal(qim_history_get_del(x->history, &q, &p), QIM_E_MESSAGE_STORE_HISTORY_ACCESS_DENIED);
+  assert_int_equal(qim_history_get_del(x->history, &q, &p),
+                   QIM_E_MESSAGE_STORE_HISTORY_ACCESS_DENIED);
   qim_history_delete_result_free(&r1);
   qim_history_delete_result_free(&r2);
   qim_history_delete_result_free(&r3);
@@ -336,14 +360,17 @@ static void test_get_del_lists_own_and_everyones_ranges_since_a_delid(void **sta
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_every_delete_rule, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_delete_ranges_are_validated_like_tinode, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_a_hard_range_splits_into_recalled_and_hidden, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_compliance_hold_refuses_hard_delete_and_recall_but_not_soft, setup,
+      cmocka_unit_test_setup_teardown(test_delete_ranges_are_validated_like_tinode, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_a_hard_range_splits_into_recalled_and_hidden, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(
+          test_compliance_hold_refuses_hard_delete_and_recall_but_not_soft, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deletes_are_clipped_to_the_window, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_deletes_by_non_members_or_former_members_are_access_denied, setup,
-                                      teardown),
-      cmocka_unit_test_setup_teardown(test_get_del_lists_own_and_everyones_ranges_since_a_delid, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_deletes_by_non_members_or_former_members_are_access_denied, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_get_del_lists_own_and_everyones_ranges_since_a_delid,
+                                      setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

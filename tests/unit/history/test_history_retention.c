@@ -3,11 +3,10 @@
  * an expiry leaves behind (tombstones, the retention floor, a dellog row for everyone, a
  * Control), batching, and the periodic sweeper task with an injected clock.
  */
-#include "testsupport.h"
-
 #include <unistd.h>
 
 #include "history_fixture.h"
+#include "testsupport.h"
 
 #define HOUR (3600ull * 1000)
 #define DAY (24 * HOUR)
@@ -42,12 +41,17 @@ typedef struct retention_case {
 
 static const retention_case CASES[] = {
     {"Default is kept for a year", QIM_RETENTION_CLASS_DEFAULT, true, 400 * DAY, false},
-    {"ComplianceHold is kept for a year", QIM_RETENTION_CLASS_COMPLIANCE_HOLD, true, 400 * DAY, false},
-    {"Ephemeral24h is kept just under a day", QIM_RETENTION_CLASS_EPHEMERAL_24H, true, DAY - 1, false},
+    {"ComplianceHold is kept for a year", QIM_RETENTION_CLASS_COMPLIANCE_HOLD, true, 400 * DAY,
+     false},
+    {"Ephemeral24h is kept just under a day", QIM_RETENTION_CLASS_EPHEMERAL_24H, true, DAY - 1,
+     false},
     {"Ephemeral24h is gone after a day", QIM_RETENTION_CLASS_EPHEMERAL_24H, true, DAY + 1, true},
-    {"TenantCustom is kept within the tenant's age", QIM_RETENTION_CLASS_TENANT_CUSTOM, true, HOUR - 1, false},
-    {"TenantCustom is gone after the tenant's age", QIM_RETENTION_CLASS_TENANT_CUSTOM, true, HOUR + 1, true},
-    {"TenantCustom without an age for the tenant is kept", QIM_RETENTION_CLASS_TENANT_CUSTOM, false, 400 * DAY, false},
+    {"TenantCustom is kept within the tenant's age", QIM_RETENTION_CLASS_TENANT_CUSTOM, true,
+     HOUR - 1, false},
+    {"TenantCustom is gone after the tenant's age", QIM_RETENTION_CLASS_TENANT_CUSTOM, true,
+     HOUR + 1, true},
+    {"TenantCustom without an age for the tenant is kept", QIM_RETENTION_CLASS_TENANT_CUSTOM, false,
+     400 * DAY, false},
 };
 
 static void test_every_retention_class(void **state) {
@@ -149,10 +153,12 @@ static void test_the_sweeper_task_runs_by_itself_until_stopped(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_every_retention_class, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_an_expiry_leaves_tombstones_a_floor_a_dellog_row_and_a_control, setup,
+      cmocka_unit_test_setup_teardown(
+          test_an_expiry_leaves_tombstones_a_floor_a_dellog_row_and_a_control, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_sweep_works_through_more_than_one_batch, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(test_a_sweep_works_through_more_than_one_batch, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_the_sweeper_task_runs_by_itself_until_stopped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_the_sweeper_task_runs_by_itself_until_stopped, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

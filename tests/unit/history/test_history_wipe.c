@@ -5,13 +5,12 @@
  * and its WAL hold no trace of it within the store's bound — while a body that was not
  * deleted is still found by the same scan, so the scan can fail.
  */
-#include "testsupport.h"
-
 #include <unistd.h>
 
 #include "fanout/fanout.h"
 #include "history_fixture.h"
 #include "qim/shard.h"
+#include "testsupport.h"
 
 static int setup(void **state) {
   hx *x = calloc(1, sizeof *x);
@@ -60,7 +59,8 @@ static bool store_forgets(hx *x, const char *needle) {
   return false;
 }
 
-/* ---- copies of the body in every place ---------------------------------------------------------- */
+/* ---- copies of the body in every place ----------------------------------------------------------
+ */
 
 /* The fanout writes the dispatch records; an inline mailbox entry is appended by hand
  * (the materializer's job) for user `u`. */
@@ -77,23 +77,38 @@ static void spread(hx *x, uint64_t g, qim_conversation_seq seq, uint64_t u) {
   qim_store_shard_takeover_req t = {.shard = shard, .owner = 1};
   assert_int_equal(QIM_STORE_SYNC(x->store, mailboxes.shard_takeover, &t), 0);
   qim_mailbox_seq mseq = qim_mailbox_seq_make(t.out_epoch, 1000 + seq);
-  qim_mailbox_entry e = {.tenant_id = HX_TENANT, .user_id = hx_user(u), .mailbox_seq = mseq,
-                         .event_id = qim_event_id_make(mseq, 0), .event_type = QIM_EVENT_TYPE_MESSAGE,
-                         .coordinates = rec.coordinates, .sender_id = rec.sender.user_id, .has_content = true,
-                         .content = rec.content, .body_included = true, .created_at = rec.created_at};
+  qim_mailbox_entry e = {.tenant_id = HX_TENANT,
+                         .user_id = hx_user(u),
+                         .mailbox_seq = mseq,
+                         .event_id = qim_event_id_make(mseq, 0),
+                         .event_type = QIM_EVENT_TYPE_MESSAGE,
+                         .coordinates = rec.coordinates,
+                         .sender_id = rec.sender.user_id,
+                         .has_content = true,
+                         .content = rec.content,
+                         .body_included = true,
+                         .created_at = rec.created_at};
   uint32_t chunk0 = 0;
-  qim_append_mailbox_batch b = {.shard = shard, .lane = qim_lane_of_user(&HX_SHARDS, HX_TENANT, hx_user(u)),
-                                .dispatch_id = qim_dispatch_id_make(&rec.coordinates.message_id, shard),
-                                .mailbox_seq = mseq, .entries = &e, .entry_count = 1};
-  b.progress = (qim_dispatch_progress){.dispatch_id = b.dispatch_id, .shard = shard, .lane = b.lane,
-                                       .completed_chunks = &chunk0, .completed_chunk_count = 1};
+  qim_append_mailbox_batch b = {
+      .shard = shard,
+      .lane = qim_lane_of_user(&HX_SHARDS, HX_TENANT, hx_user(u)),
+      .dispatch_id = qim_dispatch_id_make(&rec.coordinates.message_id, shard),
+      .mailbox_seq = mseq,
+      .entries = &e,
+      .entry_count = 1};
+  b.progress = (qim_dispatch_progress){.dispatch_id = b.dispatch_id,
+                                       .shard = shard,
+                                       .lane = b.lane,
+                                       .completed_chunks = &chunk0,
+                                       .completed_chunk_count = 1};
   qim_store_mailbox_append_req a = {.batch = &b, .owner_epoch = t.out_epoch};
   assert_int_equal(QIM_STORE_SYNC(x->store, mailboxes.append, &a), 0);
   qim_message_record_free(&rec);
 }
 
 /* No API returns the body: the record, the outbox envelope, every dispatch, the mailbox. */
-static void assert_no_api_returns(hx *x, uint64_t g, qim_conversation_seq seq, uint64_t u, const char *needle) {
+static void assert_no_api_returns(hx *x, uint64_t g, qim_conversation_seq seq, uint64_t u,
+                                  const char *needle) {
   qim_message_record rec = hx_record(x, g, seq);
   assert_int_equal(rec.content.payload_or_ciphertext.n, 0);
   qim_message_id mid = rec.coordinates.message_id;
@@ -101,7 +116,8 @@ static void assert_no_api_returns(hx *x, uint64_t g, qim_conversation_seq seq, u
   qim_store_log_read_req r = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .max = 100000};
   assert_int_equal(QIM_STORE_SYNC(x->store, logs.read, &r), 0);
   for (size_t i = 0; i < r.out_count; i++) {
-    assert_null(memmem(r.out_records[i].payload.p, r.out_records[i].payload.n, needle, strlen(needle)));
+    assert_null(
+        memmem(r.out_records[i].payload.p, r.out_records[i].payload.n, needle, strlen(needle)));
     qim_store_log_record_free(&r.out_records[i]);
   }
   qim_free(r.out_records);
@@ -112,7 +128,8 @@ static void assert_no_api_returns(hx *x, uint64_t g, qim_conversation_seq seq, u
     for (size_t i = 0; i < d.out_count; i++) {
       qim_group_dispatch gd;
       if (!d.out_records[i].fence &&
-          qim_group_dispatch_decode(d.out_records[i].payload.p, d.out_records[i].payload.n, &gd) == 0) {
+          qim_group_dispatch_decode(d.out_records[i].payload.p, d.out_records[i].payload.n, &gd) ==
+              0) {
         if (memcmp(gd.source_message.message_id.b, mid.b, 16) == 0) {
           dispatches++;
           assert_int_equal(gd.content.payload_or_ciphertext.n, 0); /* the fanout's "redacted" */
@@ -124,8 +141,9 @@ static void assert_no_api_returns(hx *x, uint64_t g, qim_conversation_seq seq, u
     qim_free(d.out_records);
   }
   assert_true(dispatches > 0);
-  qim_store_mailbox_range_req m = {.query = {.tenant_id = HX_TENANT, .user_id = hx_user(u), .up_to_seq = INT64_MAX,
-                                             .max_items = 100}};
+  qim_store_mailbox_range_req m = {
+      .query = {
+          .tenant_id = HX_TENANT, .user_id = hx_user(u), .up_to_seq = INT64_MAX, .max_items = 100}};
   assert_int_equal(QIM_STORE_SYNC(x->store, mailboxes.range, &m), 0);
   assert_true(m.out_count > 0);
   for (size_t i = 0; i < m.out_count; i++) {
@@ -136,14 +154,17 @@ static void assert_no_api_returns(hx *x, uint64_t g, qim_conversation_seq seq, u
   qim_free(m.out_entries);
 }
 
-/* ---- the three ways a body goes ------------------------------------------------------------------ */
+/* ---- the three ways a body goes
+ * ------------------------------------------------------------------ */
 
 enum how { HARD_DELETE, RECALL, EXPIRY };
 
 static const struct wipe_case {
   const char *name;
   enum how how;
-} WIPES[] = {{"hard delete by the owner", HARD_DELETE}, {"recall by the sender", RECALL}, {"retention expiry", EXPIRY}};
+} WIPES[] = {{"hard delete by the owner", HARD_DELETE},
+             {"recall by the sender", RECALL},
+             {"retention expiry", EXPIRY}};
 
 static void wipe_one(hx *x, const struct wipe_case *c) {
   const char *secret = "SECRET-BODY-9f27c1d4e8b3a605-never-to-be-seen-again";
@@ -163,21 +184,31 @@ static void wipe_one(hx *x, const struct wipe_case *c) {
     assert_int_equal(qim_history_sweep(x->history, &res), 0);
     assert_int_equal(res.expired, 1);
   } else {
-    qim_history_delete_req d = {.actor = hx_actor(c->how == RECALL ? 2 : 1), .conversation_id = hx_conv(1),
-                                .ranges = (qim_store_seq_range[]){{seq, 0}}, .range_count = 1, .hard = true};
+    qim_history_delete_req d = {.actor = hx_actor(c->how == RECALL ? 2 : 1),
+                                .conversation_id = hx_conv(1),
+                                .ranges = (qim_store_seq_range[]){{seq, 0}},
+                                .range_count = 1,
+                                .hard = true};
     qim_history_delete_result r;
     assert_int_equal(qim_history_delete(x->history, &d, &r), 0);
     assert_int_equal(c->how == RECALL ? r.recalled : r.deleted, 1);
     qim_history_delete_result_free(&r);
   }
   assert_no_api_returns(x, 1, seq, 3, secret);
-  if (!store_forgets(x, secret)) fail_msg("case '%s': the body is still in the database file or WAL", c->name);
+  if (!store_forgets(x, secret))
+    fail_msg("case '%s': the body is still in the database file or WAL", c->name);
   assert_true(store_holds(x, kept)); /* and the scan still sees what was not deleted */
 }
 
-static void test_a_hard_deleted_body_leaves_no_trace(void **state) { wipe_one(*state, &WIPES[0]); }
-static void test_a_recalled_body_leaves_no_trace(void **state) { wipe_one(*state, &WIPES[1]); }
-static void test_an_expired_body_leaves_no_trace(void **state) { wipe_one(*state, &WIPES[2]); }
+static void test_a_hard_deleted_body_leaves_no_trace(void **state) {
+  wipe_one(*state, &WIPES[0]);
+}
+static void test_a_recalled_body_leaves_no_trace(void **state) {
+  wipe_one(*state, &WIPES[1]);
+}
+static void test_an_expired_body_leaves_no_trace(void **state) {
+  wipe_one(*state, &WIPES[2]);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
