@@ -8,15 +8,18 @@
 #                10% duplicate retries (bench/commit.c; BENCH_ARGS e.g. "--senders 16")
 #   make bench-history  p50/p99 of a 50-message history page from a 1,000,000-message conversation
 #                (bench/history.c; BENCH_DIR on a real disk; HISTORY_BENCH_ARGS e.g. "--strict")
+#   make bench-fanout  the materialization benchmark (mailbox entries/s for a 1,000-member group,
+#                BENCH_MESSAGES messages per layout, default 200); BENCH_DIR as above
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
 # Sub-makes run by cmake --build need not announce every directory.
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean bench-store bench-commit bench-history
+.PHONY: deps build san run test test-gcc test-san clean bench-store bench-commit bench-history bench-fanout
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
+BENCH_MESSAGES ?= 200
 
 deps:
 	@./scripts/deps.sh
@@ -53,6 +56,9 @@ bench-commit: build
 
 bench-history: build
 	./build/bench/qim-bench-history $(BENCH_DIR) $(HISTORY_BENCH_ARGS)
+
+bench-fanout: build
+	./build/bench/qim-bench-fanout $(BENCH_DIR) $(BENCH_MESSAGES)
 
 clean:
 	rm -rf build build-san

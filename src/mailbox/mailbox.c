@@ -21,8 +21,8 @@ static void defaults(qim_mailbox_options *o) {
 #define DEF(field, value) \
   if (!o->field) o->field = (value)
   DEF(workers, 2);
-  DEF(read_batch, 64);
-  DEF(step_entries, 8192);
+  DEF(read_batch, 256);
+  DEF(step_entries, 32768);
   DEF(idle_poll_ms, 20);
   DEF(retry_ms, 50);
   DEF(not_ready_retry_ms, 100);

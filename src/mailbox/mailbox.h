@@ -50,8 +50,10 @@ typedef struct qim_mailbox_options {
   const qim_clock *clock;           /* NULL = system clock; wall time for retention and
                                        completed_at, monotonic time for scheduling */
   uint32_t workers;                 /* worker threads (default 2) */
-  uint32_t read_batch;              /* dispatch records read per lane step (default 64) */
-  uint32_t step_entries;            /* entries one lane step writes before it waits (8192) */
+  uint32_t read_batch;              /* dispatch records read per lane step (default 256) */
+  uint32_t step_entries;            /* entries one lane step plans before it writes (32768):
+                                       bigger waves amortize the index pages every batch of a
+                                       large group touches (bench/fanout.c) */
   uint32_t idle_poll_ms;            /* a drained lane looks again after this (default 20) */
   uint32_t retry_ms;                /* first backoff after a transient failure (50; doubles to 5 s) */
   uint32_t not_ready_retry_ms;      /* retry_after_ms of LaneNotReady (default 100) */
@@ -76,7 +78,9 @@ typedef struct qim_mailbox_options {
 int qim_mailbox_new(qim_store *store, const qim_mailbox_options *opt, qim_mailbox **out);
 
 /* Blocking. Stops every lane after its current step, joins the workers and frees everything.
- * Operations still in flight must have completed; sinks are not called afterwards. NULL ok. */
+ * A takeover still queued completes with -ESHUTDOWN (its queue must still be drained by its
+ * owner); pulls and cursor opens in flight must have completed. Sinks are not called
+ * afterwards. NULL ok. */
 void qim_mailbox_free(qim_mailbox *m);
 
 /* ---- shard ownership and readiness ------------------------------------------------------------ */
@@ -104,8 +108,8 @@ typedef struct qim_mailbox_acquire_op {
  * Acquiring a shard this node already owns restarts its lanes under a new epoch (the way to
  * resume a lane halted on a record that has since been repaired).
  * Synchronous: -EINVAL (shard out of range), -EALREADY (a takeover of it is in progress).
- * Asynchronous status: MATERIALIZE_UNAVAILABLE (the store failed), -EOVERFLOW (the epoch is
- * exhausted: a documented migration re-creates the shard).
+ * Asynchronous status: MATERIALIZE_UNAVAILABLE (the store failed, or the shard's epoch is
+ * exhausted at 65535: a documented migration re-creates the shard).
  */
 int qim_mailbox_shard_acquire(qim_mailbox *m, qim_mailbox_acquire_op *op);
 int qim_mailbox_shard_acquire_sync(qim_mailbox *m, qim_mailbox_shard_id shard, qim_shard_takeover *out);
@@ -256,6 +260,8 @@ typedef struct qim_mailbox_cursor_op {
   qim_mailbox *m_;                   /* private */
 } qim_mailbox_cursor_op;
 
+/* Fails synchronously (op->status set, done never runs) with LaneNotReady / ReadinessFailed,
+ * MAILBOX_UNAVAILABLE when the store refuses, -EINVAL without cq / done. */
 int qim_mailbox_cursor_open(qim_mailbox *m, qim_mailbox_cursor_op *op);
 int qim_mailbox_cursor_open_sync(qim_mailbox *m, const qim_authenticated_actor *actor,
                                  qim_mailbox_cursor_from from, qim_mailbox_cursor *out, qim_error *err);
@@ -283,7 +289,10 @@ int qim_mailbox_cursor_open_sync(qim_mailbox *m, const qim_authenticated_actor *
  *   MATERIALIZE_LANE_NOT_READY  {lane, retry_after_ms}: this node owns the shard and the lane is
  *                               still replaying after a takeover
  *   MATERIALIZE_READINESS_FAILED the lane's replay cannot complete here
- *   -EINVAL                     range.tenant_id/user_id are not the actor's
+ *   -EINVAL                     range.tenant_id/user_id are not the actor's, or no cq / done
+ * The checks that need no store (cursor, readiness, arguments) and a refused store submission
+ * fail synchronously: the call returns the error with op->status / op->error set, and `done`
+ * never runs. Everything else arrives in `done`.
  */
 typedef struct qim_mailbox_pull_op {
   qim_cq *cq;

@@ -29,6 +29,7 @@ typedef struct mb_task {
   uint64_t due_ns;
   bool queued, running, kick;
   bool oneshot;          /* a job: the worker never touches it after run (it may be freed) */
+  void (*cancel)(struct mb_task *t); /* a job still queued when the pool stops (may free it) */
 } mb_task;
 
 struct mb_worker {

@@ -145,6 +145,12 @@ void qim__mb_pool_stop(mb_pool *p) {
     pthread_join(p->workers[i].thread, NULL);
     qim_cq_free(p->workers[i].cq);
   }
+  /* Jobs that never ran still owe their caller a completion. */
+  for (mb_task *t = p->head, *next; t; t = next) {
+    next = t->next;
+    if (t->cancel) t->cancel(t);
+  }
+  p->head = NULL;
   qim_free(p->workers);
   p->workers = NULL;
   p->count = 0;

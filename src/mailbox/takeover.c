@@ -120,7 +120,7 @@ static int acquire_run(mb_task *t, mb_worker *w) {
              (unsigned long long)sh->fence_offset, (unsigned long long)sh->replay_from.offset);
   } else {
     QIM_LOGE(NULL, "mailbox.shard_acquire_failed", "shard=%u error=%s", sh->id, qim_err_name(rc));
-    if (rc != -EOVERFLOW) rc = qim_err_raise(QIM_E_MATERIALIZE_UNAVAILABLE);
+    rc = qim_err_raise(QIM_E_MATERIALIZE_UNAVAILABLE);
   }
   qim_free(wms);
   atomic_store(&sh->acquiring, false);
@@ -128,6 +128,16 @@ static int acquire_run(mb_task *t, mb_worker *w) {
   op->item_.run = post_done;
   qim_cq_post(op->cq, &op->item_);
   return -1;
+}
+
+/* The mailbox is being freed before the job ran. */
+static void acquire_cancel(mb_task *t) {
+  mb_job *job = (mb_job *)t;
+  qim_mailbox_acquire_op *op = job->op;
+  qim_free(job);
+  op->status = -ESHUTDOWN;
+  op->item_.run = post_done;
+  qim_cq_post(op->cq, &op->item_);
 }
 
 int qim_mailbox_shard_acquire(qim_mailbox *m, qim_mailbox_acquire_op *op) {
@@ -140,6 +150,7 @@ int qim_mailbox_shard_acquire(qim_mailbox *m, qim_mailbox_acquire_op *op) {
   mb_job *job = qim_calloc(1, sizeof *job);
   job->task.run = acquire_run;
   job->task.oneshot = true;
+  job->task.cancel = acquire_cancel;
   job->m = m;
   job->op = op;
   op->job_ = job;

@@ -9,6 +9,7 @@
 
 typedef struct world {
   fx_env *env;
+  qim_mailbox *nodes[4]; /* freed by teardown when a failed assertion skipped the test's own free */
 } world;
 
 static int setup(void **state) {
@@ -20,6 +21,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   world *w = *state;
+  for (int i = 0; i < 4; i++) qim_mailbox_free(w->nodes[i]);
   fx_env_free(w->env);
   free(w);
   return 0;
@@ -28,7 +30,26 @@ static int teardown(void **state) {
 static qim_mailbox *node(world *w, uint64_t id) {
   qim_mailbox_options o = fx_mb_options();
   o.node_id = id;
-  return fx_mailbox(w->env->store, &o);
+  qim_mailbox *m = fx_mailbox(w->env->store, &o);
+  int i = 0;
+  while (w->nodes[i]) i++;
+  w->nodes[i] = m;
+  return m;
+}
+
+static void drop(world *w, qim_mailbox *m) {
+  for (int i = 0; i < 4; i++)
+    if (w->nodes[i] == m) w->nodes[i] = NULL;
+  qim_mailbox_free(m);
+}
+
+typedef struct not_ready { qim_mailbox *m; qim_mailbox_shard_id shard; qim_lane_id lane; } not_ready;
+/* The shard's first lane still replaying is `lane` (the ones before it are ready). */
+static bool first_not_ready_is(void *ctx) {
+  not_ready *x = ctx;
+  qim_shard_readiness rd;
+  return qim_mailbox_shard_readiness(x->m, x->shard, &rd, NULL) == 0 &&
+         rd.kind == QIM_SHARD_READINESS_LANE_NOT_READY && rd.lane == x->lane;
 }
 
 static fx_msg text(uint64_t n, qim_user_id sender) {
@@ -59,7 +80,9 @@ static void test_a_new_owner_answers_lane_not_ready_until_it_has_replayed(void *
   assert_int_equal(qim_mailbox_shard_acquire_sync(m, 0, &tk), 0);
   assert_int_equal(tk.shard, 0);
   assert_int_equal(tk.epoch, 1);
-  assert_int_equal(qim_mailbox_shard_wait_ready(m, 0, 200, &rd, &err), QIM_E_MATERIALIZE_LANE_NOT_READY);
+  not_ready x = {m, 0, 1};
+  assert_true(fx_eventually(first_not_ready_is, &x)); /* lane 0 replays; lane 1 is held */
+  assert_int_equal(qim_mailbox_shard_wait_ready(m, 0, 50, &rd, &err), QIM_E_MATERIALIZE_LANE_NOT_READY);
   assert_int_equal(err.lane, 1);
   assert_int_equal(err.retry_after_ms, 100);
   assert_int_equal(qim_mailbox_shard_readiness(m, 0, &rd, &err), 0);
@@ -92,7 +115,7 @@ static void test_a_new_owner_answers_lane_not_ready_until_it_has_replayed(void *
   assert_int_equal(pu.n, 1);
   assert_int_equal(pu.e[0].mailbox_seq, s1); /* the record's epoch (0), not the owner's (1) */
   fx_pulled_free(&pu);
-  qim_mailbox_free(m);
+  drop(w, m);
 }
 
 static void test_a_stale_owner_is_fenced_by_the_store(void **state) {
@@ -131,8 +154,8 @@ static void test_a_stale_owner_is_fenced_by_the_store(void **state) {
   p = fx_pull_all(a, u, 0, 10);
   assert_int_equal(p.n, 2);
   fx_pulled_free(&p);
-  qim_mailbox_free(a);
-  qim_mailbox_free(b);
+  drop(w, a);
+  drop(w, b);
 }
 
 static void test_a_lane_lagging_across_a_takeover_computes_the_same_seq(void **state) {
@@ -148,7 +171,7 @@ static void test_a_lane_lagging_across_a_takeover_computes_the_same_seq(void **s
   m1.chunk_size = 1; /* two chunks: fast's in 0, slow's in 1 */
   qim_mailbox_seq s1 = fx_send(w->env->store, &m1, 1, r, 2);
   assert_int_equal(qim_mailbox_drain(a, 10000), 0);
-  qim_mailbox_free(a); /* the owner goes away with lane 1 behind */
+  drop(w, a); /* the owner goes away with lane 1 behind */
   qim_mailbox *b = node(w, 8);
   qim_shard_takeover tk;
   assert_int_equal(qim_mailbox_shard_acquire_sync(b, 1, &tk), 0);
@@ -169,7 +192,7 @@ static void test_a_lane_lagging_across_a_takeover_computes_the_same_seq(void **s
   assert_true(s2 > s1);
   assert_int_equal(qim_mailbox_seq_epoch(s2), 2);
   fx_pulled_free(&pf), fx_pulled_free(&ps);
-  qim_mailbox_free(b);
+  drop(w, b);
 }
 
 static void test_readiness_fails_when_the_log_was_trimmed_past_replay_from(void **state) {
@@ -180,7 +203,7 @@ static void test_readiness_fails_when_the_log_was_trimmed_past_replay_from(void 
   fx_msg m1 = text(6, u);
   fx_send(w->env->store, &m1, 2, &u, 1);
   assert_int_equal(qim_mailbox_drain(a, 10000), 0);
-  qim_mailbox_free(a);
+  drop(w, a);
   fx_msg m2 = text(7, u), m3 = text(8, u);
   fx_send(w->env->store, &m2, 2, &u, 1);
   qim_mailbox_seq s3 = fx_send(w->env->store, &m3, 2, &u, 1);
@@ -208,7 +231,7 @@ static void test_readiness_fails_when_the_log_was_trimmed_past_replay_from(void 
   qim_mailbox_cursor next;
   assert_int_equal(qim_mailbox_pull_sync(b, &rq, &page, &next, &err), QIM_E_MATERIALIZE_READINESS_FAILED);
   qim_mailbox_cursor_free(&c);
-  qim_mailbox_free(b);
+  drop(w, b);
 }
 
 /* Every takeover bumps the epoch by one and leaves a fence; lanes advance over fences. */
@@ -231,7 +254,42 @@ static void test_each_takeover_appends_a_fence_with_the_next_epoch(void **state)
   op.cq = (qim_cq *)1;
   op.done = (void (*)(qim_mailbox_acquire_op *))1;
   assert_int_equal(qim_mailbox_shard_acquire(m, &op), -EINVAL);
+  drop(w, m);
+}
+
+static void count_done(qim_mailbox_acquire_op *op) { (*(int *)op->data)++; }
+
+static void *free_mailbox(void *m) {
   qim_mailbox_free(m);
+  return NULL;
+}
+
+/* Freeing the mailbox completes a takeover that never got a worker with -ESHUTDOWN. */
+static void test_a_queued_takeover_completes_with_shutdown_when_the_mailbox_goes(void **state) {
+  world *w = *state;
+  qim_mailbox_options o = fx_mb_options();
+  o.workers = 1;
+  qim_mailbox *m = fx_mailbox(w->env->store, &o);
+  qim_cq *cq;
+  assert_int_equal(qim_cq_new_blocking(&cq), 0);
+  int done = 0;
+  qim_mailbox_acquire_op a = {.cq = cq, .done = count_done, .data = &done, .shard = 0};
+  qim_mailbox_acquire_op b = {.cq = cq, .done = count_done, .data = &done, .shard = 1};
+  fx_gate_set(&w->env->gate, 1);
+  assert_int_equal(qim_mailbox_shard_acquire(m, &a), 0);
+  fx_gate_wait_entered(&w->env->gate); /* the only worker waits in a's takeover */
+  assert_int_equal(qim_mailbox_shard_acquire(m, &b), 0);
+  assert_int_equal(qim_mailbox_shard_acquire(m, &b), -EALREADY); /* shard 1 is being taken */
+  pthread_t t;
+  pthread_create(&t, NULL, free_mailbox, m);
+  fx_sleep_ms(200); /* free has stopped the pool (it is joining the busy worker) */
+  fx_gate_set(&w->env->gate, 0);
+  pthread_join(t, NULL);
+  while (done < 2) qim_cq_wait(cq, 1000);
+  assert_int_equal(a.status, 0);
+  assert_int_equal(a.out.epoch, 1);
+  assert_int_equal(b.status, -ESHUTDOWN);
+  qim_cq_free(cq);
 }
 
 int main(void) {
@@ -242,6 +300,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_readiness_fails_when_the_log_was_trimmed_past_replay_from, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_each_takeover_appends_a_fence_with_the_next_epoch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_queued_takeover_completes_with_shutdown_when_the_mailbox_goes, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
