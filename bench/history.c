@@ -328,8 +328,6 @@ int main(int argc, char **argv) {
   qim_commit_config cc;
   qim_commit_config_default(&cc);
   cc.rate_per_sec = 0;
-  cc.verify_outbox =
-      false; /* commit c2bd0da reuses the request union after verify (see tests/unit/group) */
   qim_commit *c;
   check(qim_commit_create(s, qim_clock_system(), NULL, &cc, &c), "commit create");
   qim_history *h;

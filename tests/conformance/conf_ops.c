@@ -541,9 +541,13 @@ static int op_dellog_query(conf_ctx *c, json_t *in, int *st, json_t *out) {
       json_array_append_new(a, must(json_pack("[o,o]", conf_json_u64(r.out_ranges[i].low),
                                               conf_json_u64(r.out_ranges[i].hi))));
     put(out, "ranges", a);
+    json_t *d = must(json_array());
+    for (size_t i = 0; i < r.out_count; i++) json_array_append_new(d, conf_json_u64(r.out_delids[i]));
+    put(out, "delids", d);
     put(out, "max_delid", conf_json_u64(r.out_max_delid));
   }
   qim_free(r.out_ranges);
+  qim_free(r.out_delids);
   return 0;
 }
 
@@ -552,11 +556,26 @@ static int op_expire(conf_ctx *c, json_t *in, int *st, json_t *out) {
   int cls;
   TRY(conf_get_enum(c, in, "retention_class", conf_names_retention, &cls));
   TRY(conf_get_u128(c, in, "tenant_id", &r.tenant_id.v));
+  uint64_t limit;
+  TRY(conf_get_u64(c, in, "after", &r.after));
   TRY(conf_get_u64(c, in, "before", &r.before));
   TRY(conf_get_u64(c, in, "now", &r.now));
+  TRY(conf_get_u64(c, in, "limit", &limit));
+  r.limit = (uint32_t)limit;
   r.retention_class = (qim_retention_class)cls;
   *st = SYNC(c, history.expire, &r);
-  if (*st == 0) put(out, "count", conf_json_u64(r.out_count));
+  if (*st == 0) {
+    put(out, "count", conf_json_u64(r.out_count));
+    put(out, "more", json_boolean(r.out_more));
+    json_t *f = must(json_array());
+    for (size_t i = 0; i < r.out_floor_count; i++)
+      json_array_append_new(f, must(json_pack("{s:o,s:o,s:o}", "conversation_id",
+                                              conf_json_u128(r.out_floors[i].conversation_id.v),
+                                              "previous", conf_json_u64(r.out_floors[i].previous),
+                                              "floor", conf_json_u64(r.out_floors[i].floor))));
+    put(out, "floors", f);
+  }
+  qim_free(r.out_floors);
   return 0;
 }
 

@@ -342,6 +342,7 @@ json_t *conf_enc_conversation(const qim_store_conversation *c) {
   json_object_set_new(o, "membership_version", conf_json_u64(c->membership_version));
   json_object_set_new(o, "member_count", conf_json_u64(c->member_count));
   json_object_set_new(o, "deleted", json_boolean(c->deleted));
+  json_object_set_new(o, "retention_floor", conf_json_u64(c->retention_floor));
   return o;
 }
 

@@ -77,8 +77,6 @@ HX_FN void hx_open_with(hx *x, const char *tag, const qim_history_config *cfg,
     qim_commit_config cc;
     qim_commit_config_default(&cc);
     cc.rate_per_sec = 0;
-    cc.verify_outbox = false; /* commit c2bd0da: read_done frees its read after verify() reused the
-                                 request union */
     cc.node_id = 10 + (uint32_t)cls;
     cc.retention_class = (qim_retention_class)cls;
     assert_int_equal(qim_commit_create(x->store, &x->clock.clock, NULL, &cc, &x->by_class[cls]), 0);
