@@ -81,6 +81,14 @@ typedef struct gw_req {
 
 #define GW_NOECHO 32 /* pubs with noecho remembered per session */
 
+/* A {pub} of this session not acknowledged yet: its {data} may come back through the
+ * pipeline before the commit's completion reaches us; Tinode clients expect the 202
+ * first, so that frame is held here and sent right after the ack. */
+typedef struct gw_pending {
+  qim_client_message_id cmid;
+  qim_ws_frame *held;
+} gw_pending;
+
 struct gw_session {
   gw_loop *loop;
   qim_conn *conn; /* NULL once the connection closed */
@@ -103,6 +111,8 @@ struct gw_session {
   bool excl_running;
   qim_client_message_id noecho[GW_NOECHO]; /* ring of recent noecho pubs' cmids */
   unsigned noecho_n;
+  gw_pending *pend; /* pubs in flight (at most queue_max) */
+  size_t npend, cpend;
 };
 
 void qim__gw_session_ref(gw_session *s);
@@ -128,6 +138,13 @@ void qim__gw_req_done(gw_req *r);
 
 /* The actor a request acts as. */
 qim_authenticated_actor qim__gw_actor(const gw_session *s);
+
+/* Pubs in flight (session.c): add when the pub starts; hold returns true when `f` was
+ * kept for after the ack (a reference is taken); done sends what was held and forgets
+ * the pub — call it right after the ack or error ctrl. */
+void qim__gw_pending_add(gw_session *s, const qim_client_message_id *cmid);
+bool qim__gw_pending_hold(gw_session *s, const qim_client_message_id *cmid, qim_ws_frame *f);
+void qim__gw_pending_done(gw_session *s, const qim_client_message_id *cmid);
 
 /* ---- replies (session.c) ---------------------------------------------------------------------- */
 

@@ -83,6 +83,7 @@ static void pub_done(qim_commit_op *op) {
       QIM_LOGW(&r->trace, "gateway.pub_failed", "topic=%s err=%s", r->msg.topic, qim_err_name(res->status));
     qim__gw_fail(s, r, res->status);
   }
+  qim__gw_pending_done(s, &p->send.request.client_message_id);
   pub_free(p);
   qim__gw_req_done(r);
   qim__gw_loop_release(l);
@@ -108,8 +109,10 @@ static void commit_path(gw_req *r, qim_conversation_id conv, const qim_client_me
   p->op.done = pub_done;
   p->op.data = p;
   qim__gw_loop_hold(l);
+  qim__gw_pending_add(s, cmid);
   if (qim_commit_send(l->gw->d.commit, &p->send, &p->op) != 0) {
     qim__gw_fail(s, r, p->op.result.status);
+    qim__gw_pending_done(s, cmid);
     pub_free(p);
     qim__gw_req_done(r);
     qim__gw_loop_release(l);
@@ -138,8 +141,12 @@ static void pubjob_run(gw_job *j) {
 }
 
 static void pubjob_after(gw_job *j) {
+  pub_job *b = (pub_job *)j;
   qim_gateway *g = j->loop->gw;
+  gw_session *s = j->req->s;
   if (g->d.fanout) qim_fanout_notify(g->d.fanout);
+  qim__gw_out_flush(s, &j->out); /* the 202 (or the error) first, then a {data} held meanwhile */
+  qim__gw_pending_done(s, &b->pub.client_message_id);
   qim__gw_job_finish(j);
 }
 
@@ -152,6 +159,7 @@ static void history_path(gw_req *r, qim_conversation_id conv, const qim_client_m
   b->j.req = r;
   b->j.run = pubjob_run;
   b->j.after = pubjob_after;
+  qim__gw_pending_add(s, cmid);
   qim__gw_job_start(s->loop, &b->j);
 }
 

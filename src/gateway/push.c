@@ -110,6 +110,10 @@ static void deliver_message(gw_push *p, const qim_mailbox_entry *e, const qim_me
     if (a) {
       if (e->coordinates.conversation_seq <= a->since) continue; /* history, not live */
       if (own && e->has_client_message_id && qim__gw_session_noecho(s, &e->client_message_id)) continue;
+      if (own && e->has_client_message_id && p->data && qim__gw_pending_hold(s, &e->client_message_id, p->data)) {
+        atomic_fetch_add(&g->st_data, 1); /* sent right after the 202 */
+        continue;
+      }
       send_frame(s, p->data, &g->st_data);
     } else if (s->me) {
       send_frame(s, own ? p->pres_own : p->pres_act, &g->st_pres);

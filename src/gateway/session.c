@@ -26,6 +26,8 @@ void qim__gw_session_ref(gw_session *s) { s->refs++; }
 
 void qim__gw_session_unref(gw_session *s) {
   if (--s->refs) return;
+  for (size_t i = 0; i < s->npend; i++) qim_ws_frame_unref(s->pend[i].held);
+  qim_free(s->pend);
   qim_free(s->att);
   qim_free(s);
 }
@@ -84,6 +86,36 @@ bool qim__gw_session_noecho(const gw_session *s, const qim_client_message_id *cm
 
 void qim__gw_session_noecho_add(gw_session *s, const qim_client_message_id *cmid) {
   s->noecho[s->noecho_n++ % GW_NOECHO] = *cmid;
+}
+
+static gw_pending *pending_find(gw_session *s, const qim_client_message_id *cmid) {
+  for (size_t i = 0; i < s->npend; i++)
+    if (memcmp(s->pend[i].cmid.b, cmid->b, sizeof cmid->b) == 0) return &s->pend[i];
+  return NULL;
+}
+
+void qim__gw_pending_add(gw_session *s, const qim_client_message_id *cmid) {
+  if (pending_find(s, cmid)) return; /* a retry of a pub still in flight */
+  if (s->npend == s->cpend) {
+    s->cpend = s->cpend ? s->cpend * 2 : 4;
+    s->pend = qim_realloc(s->pend, s->cpend * sizeof *s->pend);
+  }
+  s->pend[s->npend++] = (gw_pending){.cmid = *cmid};
+}
+
+bool qim__gw_pending_hold(gw_session *s, const qim_client_message_id *cmid, qim_ws_frame *f) {
+  gw_pending *p = pending_find(s, cmid);
+  if (!p) return false;
+  if (!p->held) p->held = qim_ws_frame_ref(f);
+  return true;
+}
+
+void qim__gw_pending_done(gw_session *s, const qim_client_message_id *cmid) {
+  gw_pending *p = pending_find(s, cmid);
+  if (!p) return;
+  if (p->held && s->conn) qim_conn_send_frame(s->conn, p->held);
+  qim_ws_frame_unref(p->held);
+  *p = s->pend[--s->npend];
 }
 
 qim_authenticated_actor qim__gw_actor(const gw_session *s) {
