@@ -6,17 +6,19 @@
 #                message at a time); BENCH_DIR must be on a real disk (default /tmp), never tmpfs
 #   make bench-commit  sends/s through the full commit on SQLite, concurrent senders, then with
 #                10% duplicate retries (bench/commit.c; BENCH_ARGS e.g. "--senders 16")
-#   make bench-history  p50/p99 of a 50-message history page from a 1,000,000-message conversation
-#                (bench/history.c; BENCH_DIR on a real disk; HISTORY_BENCH_ARGS e.g. "--strict")
+#   make bench   every benchmark of bench/README.md; rewrites BENCHMARKS.md (bench/run.sh;
+#                BENCH_ARGS=--quick for a fast check of the harness)
 #   make bench-fanout  the materialization benchmark (mailbox entries/s for a 1,000-member group,
 #                BENCH_MESSAGES messages per layout, default 200); BENCH_DIR as above
+#   make bench-history  p50/p99 of a 50-message history page from a 1,000,000-message conversation
+#                (bench/history.c; BENCH_DIR on a real disk; HISTORY_BENCH_ARGS e.g. "--strict")
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 JOBS ?= $(shell nproc)
 # Sub-makes run by cmake --build need not announce every directory.
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean bench-store bench-commit bench-history bench-fanout
+.PHONY: deps build san run test test-gcc test-san clean bench bench-store bench-commit bench-fanout bench-history
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
 BENCH_MESSAGES ?= 200
@@ -48,17 +50,19 @@ test-san: san
 test: deps
 	@status=0; $(MAKE) test-gcc || status=1; $(MAKE) test-san || status=1; exit $$status
 
+bench: build
+	BENCH_DIR=$(BENCH_DIR) bench/run.sh $(BENCH_ARGS)
+
 bench-store: build
 	./build/bench/qim-bench-store $(BENCH_DIR) $(BENCH_SECONDS)
 
 bench-commit: build
 	TMPDIR=$(BENCH_DIR) ./build/bench/qim-bench-commit $(BENCH_ARGS)
 
-bench-history: build
-	./build/bench/qim-bench-history $(BENCH_DIR) $(HISTORY_BENCH_ARGS)
-
 bench-fanout: build
 	./build/bench/qim-bench-fanout $(BENCH_DIR) $(BENCH_MESSAGES)
+bench-history: build
+	./build/bench/qim-bench-history $(BENCH_DIR) $(HISTORY_BENCH_ARGS)
 
 clean:
 	rm -rf build build-san

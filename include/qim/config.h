@@ -6,8 +6,8 @@
  * file (`--config FILE` or `QIM_CONFIG`), built-in defaults. The file holds `key = value`
  * lines; `#` starts a comment at the start of a line or after whitespace; keys are the
  * names in the table of config.c (qim_config_write_help prints it). List settings
- * (api_key, service_token) may repeat; a source that sets a list replaces the lists of
- * lower sources as a whole.
+ * (api_key, service_token, tenant_retention) may repeat; a source that sets a list replaces the
+ * lists of lower sources as a whole.
  *
  * Bad configuration is always an error that names the key and the source, e.g.
  *   config: listen: expected HOST:PORT, got 'x' (from --listen)
@@ -36,6 +36,7 @@
 #define QIM_CONFIG_TOKEN_CAP 256
 #define QIM_CONFIG_TOKEN_MIN 16
 #define QIM_CONFIG_MAX_SERVICE_TOKENS 16
+#define QIM_CONFIG_MAX_TENANT_RETENTIONS 64
 
 /* The Tinode demo key; by default it selects tenant 1 (PROTOCOL.md §2). */
 #define QIM_CONFIG_DEMO_API_KEY "AQEAAAABAAD_rAp4DJh05a1HAwFT3A6K"
@@ -45,6 +46,12 @@ typedef struct qim_config_api_key {
   char key[QIM_CONFIG_API_KEY_CAP];
   qim_tenant_id tenant;
 } qim_config_api_key;
+
+/* RetentionClass::TenantCustom: how long messages of that class are kept for one tenant. */
+typedef struct qim_config_tenant_retention {
+  qim_tenant_id tenant;
+  uint64_t age_ms;
+} qim_config_tenant_retention;
 
 /* A bearer token for the admin API and the internal service it authenticates
  * (becomes InternalPrincipal.service_name). */
@@ -79,7 +86,9 @@ typedef struct qim_config {
   uint32_t lanes_per_shard;
   uint64_t dedupe_window_ms;  /* how long a ClientMessageId replay returns the same seq */
   uint64_t msg_delete_age_ms; /* window for non-owner hard delete and sender recall */
-  uint32_t member_limit;      /* members per group (MemberLimitExceeded above it) */
+  qim_config_tenant_retention tenant_retentions[QIM_CONFIG_MAX_TENANT_RETENTIONS];
+  uint32_t tenant_retention_count; /* TenantCustom ages; tenants not listed keep them */
+  uint32_t member_limit;           /* members per group (MemberLimitExceeded above it) */
 
   /* Clients, tenants and accounts. */
   qim_config_api_key api_keys[QIM_CONFIG_MAX_API_KEYS];

@@ -18,15 +18,16 @@
 /* ---- the table ------------------------------------------------------------ */
 
 typedef enum vtype {
-  V_U32,     /* decimal integer */
-  V_BYTES,   /* decimal integer with optional k / m suffix (binary) */
-  V_MS,      /* duration: integer + ms|s|m|h|d */
-  V_LISTEN,  /* HOST:PORT */
-  V_PATH,    /* non-empty path */
-  V_STORE,   /* sqlite:PATH | redis://HOST:PORT[/DB] */
-  V_API_KEY, /* list of KEY[:TENANT] */
-  V_SERVICE, /* list of SERVICE:TOKEN */
-  V_LEVEL,   /* debug|info|warn|error */
+  V_U32,       /* decimal integer */
+  V_BYTES,     /* decimal integer with optional k / m suffix (binary) */
+  V_MS,        /* duration: integer + ms|s|m|h|d */
+  V_LISTEN,    /* HOST:PORT */
+  V_PATH,      /* non-empty path */
+  V_STORE,     /* sqlite:PATH | redis://HOST:PORT[/DB] */
+  V_API_KEY,   /* list of KEY[:TENANT] */
+  V_SERVICE,   /* list of SERVICE:TOKEN */
+  V_RETENTION, /* list of TENANT:DURATION */
+  V_LEVEL,     /* debug|info|warn|error */
 } vtype;
 
 typedef struct setting {
@@ -64,6 +65,9 @@ static const setting settings[] = {
      "how long a retried {pub} with the same cmid returns the original seq"},
     {"msg_delete_age", V_MS, F(msg_delete_age_ms), 1000, 365 * DAY, "600s", "DURATION",
      "how long non-owners may hard-delete and senders may recall a message"},
+    {"tenant_retention", V_RETENTION, 0, 1000, 36500 * DAY, NULL, "TENANT:DURATION",
+     "how long one tenant keeps messages of retention class TenantCustom; repeatable, or "
+     "comma-separated"},
     {"member_limit", V_U32, F(member_limit), 2, 1000000, "10000", "N", "most members of one group"},
     {"api_key", V_API_KEY, 0, 0, 0, QIM_CONFIG_DEMO_API_KEY ":1", "KEY[:TENANT]",
      "API key clients send (?apikey=) and the tenant it selects (default tenant 1); "
@@ -347,6 +351,40 @@ static int add_service_token(qim_config *c, const char *e, size_t n, char *why, 
   return 0;
 }
 
+static int add_tenant_retention(qim_config *c, const setting *s, const char *e, size_t n, char *why,
+                                size_t cap) {
+  char entry[96];
+  const char *colon = memchr(e, ':', n);
+  qim_config_tenant_retention r = {{{0, 0}}, 0};
+  bool ok = colon && n < sizeof entry;
+  if (ok) {
+    memcpy(entry, e, n);
+    entry[n] = '\0';
+    entry[colon - e] = '\0';
+    ok = parse_tenant(entry, &r.tenant) == 0 &&
+         parse_duration(entry + (colon - e) + 1, &r.age_ms) == 0 && r.age_ms >= s->min &&
+         r.age_ms <= s->max;
+  }
+  if (!ok) {
+    fmt(why, cap,
+        "expected TENANT:DURATION (a non-zero tenant, a duration from 1s to 36500d), got '%.*s'",
+        (int)n, e);
+    return -EINVAL;
+  }
+  for (uint32_t i = 0; i < c->tenant_retention_count; i++)
+    if (c->tenant_retentions[i].tenant.v.hi == r.tenant.v.hi &&
+        c->tenant_retentions[i].tenant.v.lo == r.tenant.v.lo) {
+      fmt(why, cap, "tenant '%s' is listed twice", entry);
+      return -EINVAL;
+    }
+  if (c->tenant_retention_count == QIM_CONFIG_MAX_TENANT_RETENTIONS) {
+    fmt(why, cap, "at most %d tenants are allowed", QIM_CONFIG_MAX_TENANT_RETENTIONS);
+    return -EINVAL;
+  }
+  c->tenant_retentions[c->tenant_retention_count++] = r;
+  return 0;
+}
+
 /* A list value holds one or more comma-separated entries; each is added in order. */
 static int add_list(qim_config *c, const setting *s, const char *v, char *why, size_t cap) {
   const char *p = v;
@@ -359,8 +397,9 @@ static int add_list(qim_config *c, const setting *s, const char *v, char *why, s
           s->type == V_SERVICE ? "(value not shown)" : v);
       return -EINVAL;
     }
-    int rc = s->type == V_API_KEY ? add_api_key(c, p, n, why, cap)
-                                  : add_service_token(c, p, n, why, cap);
+    int rc = s->type == V_API_KEY     ? add_api_key(c, p, n, why, cap)
+             : s->type == V_RETENTION ? add_tenant_retention(c, s, p, n, why, cap)
+                                      : add_service_token(c, p, n, why, cap);
     if (rc < 0) return rc;
     p += strcspn(p, ",");
     if (*p == '\0') return 0;
@@ -419,6 +458,7 @@ static int set_value(qim_config *c, const setting *s, const char *v, char *why, 
       return set_store(c, v, why, cap);
     case V_API_KEY:
     case V_SERVICE:
+    case V_RETENTION:
       return add_list(c, s, v, why, cap);
     case V_LEVEL:
       return set_level(c, v, why, cap);
@@ -508,7 +548,7 @@ static int find_setting(const char *key, size_t len, size_t *idx) {
 }
 
 static bool is_list(const setting *s) {
-  return s->type == V_API_KEY || s->type == V_SERVICE;
+  return s->type == V_API_KEY || s->type == V_SERVICE || s->type == V_RETENTION;
 }
 
 static void begin_source(loader *L) {
@@ -530,6 +570,7 @@ static int apply(loader *L, size_t i, const char *v, layer ly, unsigned line) {
   }
   if (!L->seen[i] && s->type == V_API_KEY) L->c->api_key_count = 0;
   if (!L->seen[i] && s->type == V_SERVICE) L->c->service_token_count = 0;
+  if (!L->seen[i] && s->type == V_RETENTION) L->c->tenant_retention_count = 0;
   L->seen[i] = true;
   if (set_value(L->c, s, v, why, sizeof why) < 0) return fail_value(L, i, why);
   if (s->type == V_STORE) L->store_given = true;
@@ -773,7 +814,7 @@ const char *qim_config_log_level_name(qim_log_level level) {
 static const char *default_text(const setting *s) {
   if (s->def) return s->def;
   if (s->type == V_STORE) return "sqlite:<data>/qim.db";
-  if (s->type == V_SERVICE) return "none";
+  if (s->type == V_SERVICE || s->type == V_RETENTION) return "none";
   return "number of cores";
 }
 
@@ -828,6 +869,16 @@ static void write_value(const qim_config *c, const setting *s, FILE *out) {
                   t.lo);
         else
           fprintf(out, "%s = %s:%" PRIu64 "\n", s->key, c->api_keys[i].key, t.lo);
+      }
+      break;
+    case V_RETENTION:
+      for (uint32_t i = 0; i < c->tenant_retention_count; i++) {
+        const qim_u128 t = c->tenant_retentions[i].tenant.v;
+        format_duration(c->tenant_retentions[i].age_ms, buf, sizeof buf);
+        if (t.hi)
+          fprintf(out, "%s = 0x%" PRIx64 "%016" PRIx64 ":%s\n", s->key, t.hi, t.lo, buf);
+        else
+          fprintf(out, "%s = %" PRIu64 ":%s\n", s->key, t.lo, buf);
       }
       break;
     case V_SERVICE:

@@ -36,19 +36,26 @@ void qim_history_config_default(qim_history_config *cfg) {
   };
 }
 
+static size_t tenant_add(qim_tenant_id *buf, size_t n, size_t cap, qim_tenant_id t) {
+  for (size_t j = 0; j < n; j++)
+    if (qim_u128_eq(buf[j].v, t.v)) return n;
+  if (n < cap) buf[n++] = t;
+  return n;
+}
+
 void qim_history_config_from(qim_history_config *cfg, const qim_config *c,
                              qim_tenant_id *tenant_buf, size_t tenant_cap) {
   cfg->msg_delete_age_ms = c->msg_delete_age_ms;
   cfg->max_message_size = c->max_message_size;
   size_t n = 0;
-  for (uint32_t i = 0; i < c->api_key_count && n < tenant_cap; i++) {
-    bool seen = false;
-    for (size_t j = 0; j < n && !seen; j++)
-      seen = qim_u128_eq(tenant_buf[j].v, c->api_keys[i].tenant.v);
-    if (!seen) tenant_buf[n++] = c->api_keys[i].tenant;
-  }
+  for (uint32_t i = 0; i < c->api_key_count; i++)
+    n = tenant_add(tenant_buf, n, tenant_cap, c->api_keys[i].tenant);
+  for (uint32_t i = 0; i < c->tenant_retention_count; i++)
+    n = tenant_add(tenant_buf, n, tenant_cap, c->tenant_retentions[i].tenant);
   cfg->tenants = tenant_buf;
   cfg->tenant_count = n;
+  cfg->tenant_ages = c->tenant_retentions;
+  cfg->tenant_age_count = c->tenant_retention_count;
 }
 
 static bool config_valid(const qim_history_config *c) {

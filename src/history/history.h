@@ -70,11 +70,9 @@
 
 /* ---- configuration ------------------------------------------------------------------- */
 
-/* RetentionClass::TenantCustom: how long one tenant keeps its messages. */
-typedef struct qim_history_tenant_age {
-  qim_tenant_id tenant;
-  uint64_t age_ms;
-} qim_history_tenant_age;
+/* RetentionClass::TenantCustom: how long one tenant keeps its messages (config.h's
+ * `tenant_retention` entries). */
+typedef qim_config_tenant_retention qim_history_tenant_age;
 
 typedef struct qim_history_config {
   uint64_t msg_delete_age_ms;  /* non-owner hard delete and sender recall window (600 s) */
@@ -100,8 +98,10 @@ typedef struct qim_history_config {
 } qim_history_config;
 
 void qim_history_config_default(qim_history_config *cfg);
-/* Takes msg_delete_age_ms and max_message_size from qimd's configuration and every
- * tenant its API keys select (tenants then points into `c`, which must outlive open). */
+/* Takes msg_delete_age_ms, max_message_size and the TenantCustom ages (tenant_retention)
+ * from qimd's configuration; the sweeper visits every tenant an API key selects or a
+ * tenant_retention entry names (written into tenant_buf; at most tenant_cap). tenant_ages
+ * points into `c`, which must outlive qim_history_open (open copies both lists). */
 void qim_history_config_from(qim_history_config *cfg, const qim_config *c,
                              qim_tenant_id *tenant_buf, size_t tenant_cap);
 

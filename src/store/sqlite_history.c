@@ -155,7 +155,7 @@ static int query_take(qim_store_record_query_req *r, sqlite3_stmt *st, query_acc
 static int query_interval(sq_conn *c, qim_store_record_query_req *r, qim_store_seq_range iv,
                           query_acc *acc) {
   bool older = r->direction == QIM_HISTORY_DIRECTION_OLDER;
-#define QUERY_SQL(order)                                                              \
+#define QUERY_SQL(order)                                                            \
   "SELECT state, size, body FROM records WHERE tenant=?1 AND conv=?2 AND seq >= ?3" \
   " AND seq < ?4 AND (?5 = 0 OR state NOT IN (1, 3)) ORDER BY seq " order
   sqlite3_stmt *st = sq_prep(c, older ? QUERY_SQL("DESC") : QUERY_SQL("ASC"));
@@ -178,8 +178,9 @@ static int hidden_ranges(sq_conn *c, const qim_store_record_query_req *r, uint64
                          qim_store_seq_range **out, size_t *count) {
   *out = NULL;
   *count = 0;
-  sqlite3_stmt *st = sq_prep(c, "SELECT low, hi FROM dellog WHERE tenant=? AND conv=? AND for_user=?"
-                                " AND low < ? AND hi > ?");
+  sqlite3_stmt *st = sq_prep(c,
+                             "SELECT low, hi FROM dellog WHERE tenant=? AND conv=? AND for_user=?"
+                             " AND low < ? AND hi > ?");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_u128(st, 3, r->viewer.v);
@@ -211,8 +212,8 @@ static int hidden_ranges(sq_conn *c, const qim_store_record_query_req *r, uint64
 }
 
 /* iv minus h (both ascending, disjoint): the seqs the viewer has not hidden. */
-static size_t intervals_minus(const qim_store_seq_range *iv, size_t n, const qim_store_seq_range *h, size_t m,
-                              qim_store_seq_range **out) {
+static size_t intervals_minus(const qim_store_seq_range *iv, size_t n, const qim_store_seq_range *h,
+                              size_t m, qim_store_seq_range **out) {
   qim_store_seq_range *v = qim_malloc((n + m + 1) * sizeof *v);
   size_t k = 0, j = 0;
   for (size_t i = 0; i < n; i++) {
@@ -337,11 +338,13 @@ static int victim_cmp(const void *a, const void *b) {
 
 /* The records to expire, oldest first; collected before any is changed, since
  * change_record rewrites rows of the table being scanned. */
-static int expire_collect(sq_conn *c, qim_store_record_expire_req *r, expire_victim **out, size_t *count) {
-  sqlite3_stmt *st = sq_prep(c,
-                             "SELECT conv, seq FROM records WHERE tenant=? AND retention=?"
-                             " AND created_at >= ? AND created_at < ? AND NOT (state = 3 AND size = 0)"
-                             " ORDER BY created_at LIMIT ?");
+static int expire_collect(sq_conn *c, qim_store_record_expire_req *r, expire_victim **out,
+                          size_t *count) {
+  sqlite3_stmt *st =
+      sq_prep(c,
+              "SELECT conv, seq FROM records WHERE tenant=? AND retention=?"
+              " AND created_at >= ? AND created_at < ? AND NOT (state = 3 AND size = 0)"
+              " ORDER BY created_at LIMIT ?");
   if (!st) return sq_last_error(c);
   sq_bind_u128(st, 1, r->tenant_id.v);
   sqlite3_bind_int(st, 2, (int)r->retention_class);
@@ -371,7 +374,8 @@ static int expire_collect(sq_conn *c, qim_store_record_expire_req *r, expire_vic
 /* Raises one conversation's retention floor to `seq`; reports it when it rose. */
 static int expire_floor(sq_conn *c, qim_store_record_expire_req *r, qim_conversation_id conv,
                         qim_conversation_seq seq, size_t *cap) {
-  sqlite3_stmt *st = sq_prep(c, "SELECT retention_floor FROM conversations WHERE tenant=? AND conv=?");
+  sqlite3_stmt *st =
+      sq_prep(c, "SELECT retention_floor FROM conversations WHERE tenant=? AND conv=?");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, r->tenant_id, conv);
   int rc = sq_step(c, st);
@@ -384,7 +388,8 @@ static int expire_floor(sq_conn *c, qim_store_record_expire_req *r, qim_conversa
   bind_conv(st, 2, r->tenant_id, conv);
   if ((rc = sq_run(c, st))) return rc;
   if (r->out_floor_count == *cap)
-    r->out_floors = qim_realloc(r->out_floors, (*cap = *cap ? *cap * 2 : 8) * sizeof *r->out_floors);
+    r->out_floors =
+        qim_realloc(r->out_floors, (*cap = *cap ? *cap * 2 : 8) * sizeof *r->out_floors);
   r->out_floors[r->out_floor_count++] = (qim_store_retention_floor){conv, previous, seq};
   return 0;
 }
@@ -397,7 +402,8 @@ static int expire_exec(sq_conn *c, qim_store_req *base) {
   if (rc) return rc;
   if (n) qsort(v, n, sizeof *v, victim_cmp);
   for (size_t i = 0; rc == 0 && i < n; i++) {
-    rc = change_record(c, r->tenant_id, v[i].conv, v[i].seq, QIM_MESSAGE_STATE_DELETED, true, r->now);
+    rc = change_record(c, r->tenant_id, v[i].conv, v[i].seq, QIM_MESSAGE_STATE_DELETED, true,
+                       r->now);
     bool last_of_conv = i + 1 == n || !qim_u128_eq(v[i + 1].conv.v, v[i].conv.v);
     if (rc == 0 && last_of_conv) rc = expire_floor(c, r, v[i].conv, v[i].seq, &cap);
   }
@@ -406,8 +412,8 @@ static int expire_exec(sq_conn *c, qim_store_req *base) {
   return rc;
 }
 
-const sq_op sq_op_record_expire = {"history.expire", true, expire_prepare, expire_exec, expire_discard,
-                                   HISTORY_ERRORS};
+const sq_op sq_op_record_expire = {"history.expire", true,           expire_prepare,
+                                   expire_exec,      expire_discard, HISTORY_ERRORS};
 
 /* ---- dellog ---------------------------------------------------------------------------------- */
 

@@ -297,7 +297,7 @@ static int redact_exec(sq_conn *c, qim_store_req *base) {
 
 const sq_op sq_op_log_redact = {"log.redact", true, redact_prepare, redact_exec, NULL, LOG_ERRORS};
 
-/* ---- wiping one message's body (history.set_state / expire) ------------------------------------ */
+/* ---- wiping one message's body (history.set_state / expire) -------------------------------- */
 
 /* Rewrites one record's payload through `drop` (decode, drop the body, encode). Absent
  * records (trimmed, never written) and records whose body is already gone are left alone. */
@@ -333,7 +333,8 @@ static bool content_has_body(const qim_message_content *m) {
 /* A CommittedEnvelope carries the body twice (intent.record and record). */
 static int drop_envelope(const void *p, size_t n, qim_bytes *out) {
   qim_committed_envelope e;
-  if (qim_committed_envelope_decode(p, n, &e)) return qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION);
+  if (qim_committed_envelope_decode(p, n, &e))
+    return qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION);
   int rc = QIM_AGAIN;
   if (content_has_body(&e.intent.record.content) || content_has_body(&e.record.content)) {
     sq_content_wipe(&e.intent.record.content);
@@ -346,7 +347,8 @@ static int drop_envelope(const void *p, size_t n, qim_bytes *out) {
 
 static int drop_dispatch(const void *p, size_t n, qim_bytes *out) {
   qim_group_dispatch d;
-  if (qim_group_dispatch_decode(p, n, &d)) return qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION);
+  if (qim_group_dispatch_decode(p, n, &d))
+    return qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION);
   int rc = QIM_AGAIN;
   if (content_has_body(&d.content)) {
     sq_content_wipe(&d.content);
@@ -362,8 +364,8 @@ int sq_logs_wipe_message(sq_conn *c, const qim_message_id *message_id) {
   /* A dispatch exists only for shards that had recipients; its key says which message. */
   for (uint32_t shard = 0; rc == 0 && shard < c->st->opt.shards.shard_count; shard++) {
     qim_dispatch_id id = qim_dispatch_id_make(message_id, shard);
-    rc = wipe_record(c, sq_stream_id((qim_log_stream){QIM_LOG_STREAM_MAILBOX_DISPATCH, shard}), id.b,
-                     drop_dispatch);
+    rc = wipe_record(c, sq_stream_id((qim_log_stream){QIM_LOG_STREAM_MAILBOX_DISPATCH, shard}),
+                     id.b, drop_dispatch);
   }
   return rc;
 }

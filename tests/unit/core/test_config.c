@@ -415,6 +415,17 @@ static const bad_case bad_cases[] = {
      "config: msg_delete_age: expected a duration from 1s to 365d (a number with ms, s, m, h or "
      "d), got '0s' "
      "(from --msg-delete-age)"},
+    {"--tenant-retention", "7", "tenant_retention",
+     "config: tenant_retention: expected TENANT:DURATION (a non-zero tenant, a duration from 1s to "
+     "36500d), got '7' (from --tenant-retention)"},
+    {"--tenant-retention", "0:1h", "tenant_retention",
+     "config: tenant_retention: expected TENANT:DURATION (a non-zero tenant, a duration from 1s to "
+     "36500d), got '0:1h' (from --tenant-retention)"},
+    {"--tenant-retention", "7:500ms", "tenant_retention",
+     "config: tenant_retention: expected TENANT:DURATION (a non-zero tenant, a duration from 1s to "
+     "36500d), got '7:500ms' (from --tenant-retention)"},
+    {"--tenant-retention", "7:1h,7:2h", "tenant_retention",
+     "config: tenant_retention: tenant '7' is listed twice (from --tenant-retention)"},
     {"--member-limit", "1", "member_limit",
      "config: member_limit: expected an integer from 2 to 1000000, got '1' (from --member-limit)"},
     {"--api-key", "bad key", "api_key",
@@ -553,6 +564,8 @@ static void test_written_config_reads_back_identically(void **state) {
                   "x:0x100000000000000000000000000000ff,y:7",
                   "--msg-delete-age",
                   "90m",
+                  "--tenant-retention",
+                  "7:12h,0x100000000000000000000000000000ff:30d",
                   "--log-level",
                   "warn",
                   "--clock-tolerance",
@@ -572,6 +585,21 @@ static void test_written_config_reads_back_identically(void **state) {
   memset(d.config_file, 0, sizeof d.config_file);
   assert_memory_equal(&c, &d, sizeof c);
   free(path), qim_test_rmtree(dir);
+}
+
+static void test_tenant_retention_gives_each_tenant_its_age(void **state) {
+  (void)state;
+  char *argv[] = {"--tenant-retention", "7:12h, 9:30d"};
+  qim_config c;
+  load_ok(&c, 2, argv, no_env);
+  assert_int_equal(c.tenant_retention_count, 2);
+  assert_int_equal(c.tenant_retentions[0].tenant.v.lo, 7);
+  assert_int_equal(c.tenant_retentions[0].age_ms, 12ull * 3600 * 1000);
+  assert_int_equal(c.tenant_retentions[1].tenant.v.lo, 9);
+  assert_int_equal(c.tenant_retentions[1].age_ms, 30ull * 86400 * 1000);
+  qim_config d;
+  load_ok(&d, 0, NULL, no_env);
+  assert_int_equal(d.tenant_retention_count, 0); /* none by default: TenantCustom is kept */
 }
 
 static void test_written_config_hides_service_tokens(void **state) {
@@ -631,6 +659,7 @@ int main(void) {
       cmocka_unit_test(test_too_long_data_dir_for_derived_store_is_an_error),
       cmocka_unit_test(test_api_key_selects_its_tenant),
       cmocka_unit_test(test_service_token_names_its_service),
+      cmocka_unit_test(test_tenant_retention_gives_each_tenant_its_age),
       cmocka_unit_test(test_written_config_reads_back_identically),
       cmocka_unit_test(test_written_config_hides_service_tokens),
       cmocka_unit_test(test_help_lists_every_documented_flag),

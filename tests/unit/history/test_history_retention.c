@@ -133,6 +133,36 @@ static void test_a_sweep_works_through_more_than_one_batch(void **state) {
   qim_history_close(h);
 }
 
+static void test_tenant_ages_and_tenants_come_from_qimd_configuration(void **state) {
+  hx *x = *state;
+  char *argv[] = {"--tenant-retention", "7:2h", "--api-key", "k:9", "--msg-delete-age", "90s"};
+  qim_config qc;
+  qim_config_error err;
+  assert_int_equal(qim_config_load(&qc, 6, argv, NULL, &err), 0);
+  qim_history_config cfg;
+  qim_history_config_default(&cfg);
+  qim_tenant_id tenants[4];
+  qim_history_config_from(&cfg, &qc, tenants, 4);
+  assert_int_equal(cfg.msg_delete_age_ms, 90000);
+  assert_int_equal(cfg.tenant_count, 2); /* 9 from the key, 7 from the retention */
+  assert_int_equal(cfg.tenants[0].v.lo, 9);
+  assert_int_equal(cfg.tenants[1].v.lo, 7);
+  assert_int_equal(cfg.tenant_age_count, 1);
+  qim_history *h;
+  assert_int_equal(qim_history_open(x->store, x->commit, &x->clock.clock, &cfg, &h), 0);
+  hx_group_create(x, 1, 1, 2, 1); /* HX_TENANT is tenant 7 */
+  qim_conversation_seq seq = hx_send_class(x, 1, 1, "custom", QIM_RETENTION_CLASS_TENANT_CUSTOM);
+  qim_manual_clock_advance(&x->clock, HOUR);
+  qim_history_sweep_result res;
+  assert_int_equal(qim_history_sweep(h, &res), 0);
+  assert_int_equal(res.expired, 0);
+  qim_manual_clock_advance(&x->clock, HOUR + 1);
+  assert_int_equal(qim_history_sweep(h, &res), 0);
+  assert_int_equal(res.expired, 1);
+  assert_int_equal(hx_state(x, 1, seq), QIM_MESSAGE_STATE_DELETED);
+  qim_history_close(h);
+}
+
 static void test_the_sweeper_task_runs_by_itself_until_stopped(void **state) {
   hx *x = *state;
   hx_group_create(x, 1, 1, 2, 1);
@@ -157,6 +187,8 @@ int main(void) {
           test_an_expiry_leaves_tombstones_a_floor_a_dellog_row_and_a_control, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_sweep_works_through_more_than_one_batch, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_tenant_ages_and_tenants_come_from_qimd_configuration,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_the_sweeper_task_runs_by_itself_until_stopped, setup,
                                       teardown),
   };

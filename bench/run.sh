@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# run.sh — the benchmark harness of issue 10: measures this machine's limits, starts a
+# fresh qimd, drives it with qim-bench, and writes BENCHMARKS.md (figure, limit, ratio,
+# command, commit, machine for each measurement). `make bench` is meant to call it; see
+# bench/README.md for what each measurement means.
+#
+# Usage: bench/run.sh [--quick] [--build DIR] [--out FILE] [--only LIST] [--keep]
+#   --quick    seconds instead of minutes: small counts and short runs (checks the harness,
+#              the figures mean little)
+#   --build    build tree with the binaries (default ./build; built if missing)
+#   --qimd     the server binary to measure (default BUILD/src/qimd)
+#   --out      where to write the report (default ./BENCHMARKS.md)
+#   --only     comma-separated subset of: disk,commit,echo,sock,p2p,group,idle,history,sync
+#   --keep     keep the work directory (qimd data, logs, accounts, raw results)
+# Environment: BENCH_DIR, a directory on the real disk for data (default /tmp; never tmpfs).
+# Every child process is started here and stopped by its pid; every step has a timeout.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$ROOT/build
+OUT=$ROOT/BENCHMARKS.md
+QUICK=0
+KEEP=0
+ONLY=disk,commit,echo,sock,p2p,group,idle,history,sync
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) QUICK=1 ;;
+    --build) BUILD=$(cd "$2" && pwd); shift ;;
+    --qimd) QIMD=$2; shift ;;
+    --out) OUT=$2; shift ;;
+    --only) ONLY=$2; shift ;;
+    --keep) KEEP=1 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+# ---- sizes: full run (< 15 minutes on 2 cores) and --quick ------------------------------------
+if [ $QUICK = 1 ]; then
+  SECS=1; WARM=0.5; CURVE_SECS=1; SEARCH_STEPS=1; ACCOUNTS=40; P2P_USERS=20; P2P_START=100
+  G_SMALL=10; G_LARGE=20; G_SENDERS=2; IDLE_CONNS=200; IDLE_HOLD=2; SOCK_CONNS=1000
+  COMMIT_ARGS="--messages 200"; DISK_SECS=1; HISTORY_ARGS="--messages 20000 --iterations 200"
+else
+  SECS=5; WARM=1; CURVE_SECS=10; SEARCH_STEPS=3; ACCOUNTS=1000; P2P_USERS=1000; P2P_START=500
+  G_SMALL=100; G_LARGE=1000; G_SENDERS=10; IDLE_CONNS=15000; IDLE_HOLD=10; SOCK_CONNS=5000
+  COMMIT_ARGS=""; DISK_SECS=3; HISTORY_ARGS=""
+fi
+P99_LIMIT_MS=50      # one-to-one: the highest rate whose p99 stays within this
+GROUP_P99_LIMIT_MS=250
+LAG_LIMIT_MS=${LAG_LIMIT_MS:-20} # client send lag p99 above this: the client, not the server,
+                                 # was the bottleneck (a loaded machine deschedules it)
+
+BENCH_DIR=${BENCH_DIR:-/tmp}
+WORK=$(mktemp -d "$BENCH_DIR/qim-bench-run.XXXXXX")
+RESULTS=$WORK/results.tsv
+: > "$RESULTS"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then kill "$p" 2>/dev/null || true; fi; done
+  for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then wait "$p" 2>/dev/null || true; fi; done
+  if [ $KEEP = 0 ]; then rm -rf "$WORK"; else echo "run.sh: work directory kept: $WORK" >&2; fi
+}
+trap cleanup EXIT
+log() { echo "run.sh: $*" >&2; }
+
+QB=$BUILD/tools/qim-bench
+QIMD=${QIMD:-$BUILD/src/qimd}
+if [ ! -x "$QB" ] || [ ! -x "$QIMD" ] || [ ! -x "$BUILD/bench/qim-bench-ws_echo" ]; then
+  log "building in $BUILD"
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$BUILD" -j "$(nproc)" >/dev/null
+fi
+BB=$BUILD/bench
+
+# A free loopback port (nothing listening on it now).
+free_port() {
+  local p
+  for _ in $(seq 1 200); do
+    p=$((20000 + RANDOM % 40000))
+    if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then echo $p; return; fi
+  done
+  echo "run.sh: no free port" >&2; exit 1
+}
+
+# record ID COMMAND...: runs a benchmark command (timeout 600 s), keeps its RESULT line(s)
+# as "ID<TAB>command<TAB>key=value ..." and its whole output in $WORK/ID.out.
+record() {
+  local id=$1; shift
+  local out=$WORK/$id.out
+  log "$id: $*"
+  if ! timeout 600 "$@" > "$out" 2>&1; then log "$id: failed (see $out)"; fi
+  local shown="$*"
+  shown=${shown//$BUILD\//}
+  grep '^RESULT ' "$out" | sed "s|^RESULT |$id\t$shown\t|" >> "$RESULTS" || true
+  grep -v '^RESULT ' "$out" | sed 's/^/    /' >&2 || true
+}
+
+# field KEY LINE: the value of KEY in a key=value line.
+field() { echo "$2" | tr ' \t' '\n' | sed -n "s/^$1=//p" | head -1; }
+last_result() { grep "^$1	" "$RESULTS" | tail -1 | cut -f3; }
+
+# ---- 1. disk ceiling and durable commits ------------------------------------------------------
+want disk && record disk "$BB/qim-bench-disk_ceiling" "$WORK" --seconds $DISK_SECS
+if want commit && [ -x "$BB/qim-bench-commit" ]; then
+  out=$WORK/commit.out
+  log "commit: qim-bench-commit $COMMIT_ARGS"
+  # shellcheck disable=SC2086
+  (cd "$WORK" && TMPDIR=$WORK timeout 600 "$BB/qim-bench-commit" $COMMIT_ARGS) > "$out" 2>&1 || log "commit: failed"
+  line=$(grep '^commit new' "$out" | head -1 || true)
+  if [ -n "$line" ]; then
+    rate=$(echo "$line" | sed -n 's/.*sends\/s=\([0-9.]*\).*/\1/p')
+    p99=$(echo "$line" | sed -n 's/.* p99=\([0-9.]*\)ms.*/\1/p')
+    printf 'commit\tqim-bench-commit %s\tscenario=commit sends_per_s=%s p99_ms=%s status=ok\n' \
+      "$COMMIT_ARGS" "$rate" "$p99" >> "$RESULTS"
+  fi
+fi
+
+# ---- machine baselines: WebSocket echo, kernel cost per socket ------------------------------
+IO_THREADS=$(nproc)
+if want echo; then
+  EPORT=$(free_port)
+  "$BB/qim-bench-ws_echo" --listen 127.0.0.1:$EPORT --threads "$IO_THREADS" --duration 300 \
+    > "$WORK/ws_echo.log" 2>&1 &
+  EPID=$!; PIDS+=("$EPID")
+  sleep 0.5
+  record echo "$QB" echo --server 127.0.0.1:$EPORT --users 4 --window 16 --size 200 \
+    --duration $SECS --warmup $WARM --server-pid "$EPID" --quiet
+  kill "$EPID" 2>/dev/null || true; wait "$EPID" 2>/dev/null || true
+fi
+want sock && record sock "$BB/qim-bench-sock_cost" --conns $SOCK_CONNS --rounds 3
+
+# ---- qimd ------------------------------------------------------------------------------------
+NEED_QIMD=0
+for m in p2p group idle history sync; do want $m && NEED_QIMD=1; done
+if [ $NEED_QIMD = 1 ]; then
+  QPORT=$(free_port)
+  "$QIMD" --listen 127.0.0.1:$QPORT --data "$WORK/qimd" --log-level warn \
+    --login-rate 1000000 --login-burst 1000000 --send-rate 1000000 --send-burst 1000000 \
+    > "$WORK/qimd.log" 2>&1 &
+  QPID=$!; PIDS+=("$QPID")
+  for _ in $(seq 1 100); do
+    ss -Hltn "sport = :$QPORT" 2>/dev/null | grep -q . && break
+    kill -0 "$QPID" 2>/dev/null || { log "qimd exited: $(tail -3 "$WORK/qimd.log")"; exit 1; }
+    sleep 0.1
+  done
+  S="--server 127.0.0.1:$QPORT --server-pid $QPID --accounts $WORK/accounts.txt --quiet"
+  # shellcheck disable=SC2086
+  record accounts "$QB" accounts $S --count $ACCOUNTS --concurrency "$IO_THREADS"
+fi
+
+# verdict LINE LIMIT_MS: "ok" when the run kept up, else the first reason it did not:
+# status (the run failed), errors, lost, skipped, rate (sent < 97% of the target), lag (the
+# client fell behind its schedule), p99 (latency above the limit).
+verdict() {
+  local l=$1 lim=$2
+  [ "$(field status "$l")" = ok ] || { echo status; return; }
+  [ "$(field errors "$l")" = 0 ] || { echo errors; return; }
+  [ "$(field lost "$l")" = 0 ] || { echo lost; return; }
+  [ "$(field skipped "$l")" = 0 ] || { echo skipped; return; }
+  awk -v p="$(field lat_p99_ms "$l")" -v g="$(field lag_p99_ms "$l")" -v s="$(field send_rate "$l")" \
+    -v t="$(field rate_target "$l")" -v lim="$lim" -v lag="$LAG_LIMIT_MS" \
+    'BEGIN { print ((s < 0.97 * t) ? "rate" : (g > lag) ? "lag" : (p > lim) ? "p99" : "ok") }'
+}
+
+# step ID LIMIT RATE ARGS...: one search run; marks its result line with its verdict and
+# succeeds when it was "ok".
+step() {
+  local id=$1 lim=$2 rate=$3; shift 3
+  # shellcheck disable=SC2086
+  record "$id-search" "$QB" "$@" --rate "$rate" --duration $SECS --warmup $WARM $S
+  local v
+  v=$(verdict "$(last_result "$id-search")" "$lim")
+  sed -i '$ s/$/ verdict='"$v"'/' "$RESULTS"
+  log "$id-search: rate $rate: $v"
+  [ "$v" = ok ]
+}
+
+# search ID LIMIT START ARGS...: from START, doubles the rate while runs keep up (or halves
+# it until one does), then bisects SEARCH_STEPS times between the highest rate that kept up
+# and the lowest that did not. Prints the highest rate that kept up (0 if none did).
+search() {
+  local id=$1 lim=$2 rate=$3; shift 3
+  local lo=0 hi=0
+  if step "$id" "$lim" "$rate" "$@"; then
+    lo=$rate
+    for _ in $(seq 1 12); do
+      rate=$((rate * 2))
+      if step "$id" "$lim" "$rate" "$@"; then lo=$rate; else hi=$rate; break; fi
+    done
+  else
+    hi=$rate
+    for _ in $(seq 1 8); do
+      rate=$((rate / 2))
+      [ $rate -lt 1 ] && break
+      if step "$id" "$lim" "$rate" "$@"; then lo=$rate; break; else hi=$rate; fi
+    done
+  fi
+  if [ $lo -gt 0 ] && [ $hi -gt 0 ]; then
+    for _ in $(seq 1 $SEARCH_STEPS); do
+      rate=$(((lo + hi) / 2))
+      [ $rate -le $lo ] && break
+      if step "$id" "$lim" "$rate" "$@"; then lo=$rate; else hi=$rate; fi
+    done
+  fi
+  echo $lo
+}
+
+# ---- 2. one-to-one ---------------------------------------------------------------------------
+if want p2p; then
+  max=$(search p2p $P99_LIMIT_MS $P2P_START p2p --users $P2P_USERS)
+  printf 'p2p-max\t(search)\tscenario=p2p-max max_rate=%s p99_limit_ms=%s status=ok\n' "$max" $P99_LIMIT_MS >> "$RESULTS"
+  if [ "$max" -gt 0 ]; then
+    for pct in 25 50 75 100; do
+      r=$((max * pct / 100)); [ $r -lt 1 ] && r=1
+      # shellcheck disable=SC2086
+      record "p2p-$pct" "$QB" p2p --users $P2P_USERS --rate $r --duration $CURVE_SECS --warmup $WARM $S --label pct=$pct
+    done
+  fi
+fi
+
+# ---- 3. group fanout -------------------------------------------------------------------------
+if want group; then
+  for g in $G_SMALL $G_LARGE; do
+    start=$((25000 / (g - 1))); [ $start -lt 2 ] && start=2
+    [ $QUICK = 1 ] && [ $start -gt 50 ] && start=50
+    max=$(search "group$g" $GROUP_P99_LIMIT_MS $start group --groups 1 --group-size $g --senders $G_SENDERS)
+    printf 'group%s-max\t(search)\tscenario=group-max group_size=%s max_rate=%s max_deliveries_per_s=%s p99_limit_ms=%s status=ok\n' \
+      "$g" "$g" "$max" $((max * (g - 1))) $GROUP_P99_LIMIT_MS >> "$RESULTS"
+  done
+fi
+
+# ---- 4. idle connections ---------------------------------------------------------------------
+if want idle; then
+  # shellcheck disable=SC2086
+  record idle "$QB" idle --users $IDLE_CONNS --duration $IDLE_HOLD --concurrency 200 $S
+fi
+
+# ---- 5. history (in-process; the WebSocket figure needs a qim-bench history scenario) --------
+if want history && [ -x "$BB/qim-bench-history" ]; then
+  # shellcheck disable=SC2086
+  (timeout 600 "$BB/qim-bench-history" "$WORK" $HISTORY_ARGS) > "$WORK/history.out" 2>&1 || log "history: failed"
+  sed 's/^/    /' "$WORK/history.out" >&2
+fi
+
+# ---- report ----------------------------------------------------------------------------------
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$ROOT" diff --quiet 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
+CPU=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)
+MACHINE="$(nproc) cores ($CPU), $(awk '/MemTotal/ {printf "%.1f GB", $2/1048576}' /proc/meminfo), Linux $(uname -r), BENCH_DIR $BENCH_DIR ($(df -T "$BENCH_DIR" | awk 'NR==2 {print $2}'))"
+"$ROOT/bench/report.sh" "$RESULTS" "$WORK" "$COMMIT" "$MACHINE" "$QUICK" > "$OUT"
+log "wrote $OUT"

@@ -1,0 +1,160 @@
+/*
+ * test_hist.c — qim-bench's latency histogram (tools/bench/hist.h) and its /proc readers
+ * (tools/bench/procstat.h): percentiles against exactly known distributions, the bucket
+ * layout's error bound, merging, and parsing of the /proc formats including awkward
+ * process names.
+ */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hist.h"
+#include "procstat.h"
+#include "testsupport.h"
+
+static void test_small_values_are_exact(void **state) {
+  (void)state;
+  qim_hist h;
+  qim_hist_init(&h);
+  for (uint64_t v = 1; v <= 100; v++) qim_hist_record(&h, v);
+  assert_int_equal(qim_hist_quantile(&h, 0.50), 50);
+  assert_int_equal(qim_hist_quantile(&h, 0.90), 90);
+  assert_int_equal(qim_hist_quantile(&h, 0.99), 99);
+  assert_int_equal(qim_hist_quantile(&h, 1.0), 100);
+  assert_int_equal(qim_hist_quantile(&h, 0.001), 1);
+  assert_int_equal(h.min, 1);
+  assert_true(qim_hist_mean(&h) > 50.49 && qim_hist_mean(&h) < 50.51);
+}
+
+static void test_large_values_are_within_the_bucket_bound_and_never_understated(void **state) {
+  (void)state;
+  /* 1..100000 µs uniformly: the q-quantile is q * 100000. */
+  qim_hist h;
+  qim_hist_init(&h);
+  for (uint64_t v = 1; v <= 100000; v++) qim_hist_record(&h, v);
+  const double qs[] = {0.5, 0.9, 0.99, 0.999};
+  for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
+    double exact = qs[i] * 100000.0;
+    double got = (double)qim_hist_quantile(&h, qs[i]);
+    assert_true(got >= exact);
+    assert_true(got <= exact * (1.0 + 1.0 / 64.0) + 1.0);
+  }
+  assert_int_equal(qim_hist_quantile(&h, 1.0), 100000);
+}
+
+static void test_every_value_lands_in_a_bucket_that_holds_it(void **state) {
+  (void)state;
+  unsigned prev = 0;
+  for (uint64_t v = 0; v < (1ull << 22); v += 1 + v / 97) {
+    unsigned i = qim_hist_index(v);
+    assert_true(i < QIM_HIST_BUCKETS);
+    assert_true(i >= prev); /* monotonic */
+    assert_true(qim_hist_upper(i) >= v);
+    if (i > 0) assert_true(qim_hist_upper(i - 1) < v);
+    prev = i;
+  }
+  /* Values beyond the range share the top bucket. */
+  assert_int_equal(qim_hist_index(UINT64_MAX), QIM_HIST_BUCKETS - 1);
+  assert_int_equal(qim_hist_index(1ull << 45), QIM_HIST_BUCKETS - 1);
+}
+
+static void test_quantile_is_clipped_to_the_exact_max_and_empty_is_zero(void **state) {
+  (void)state;
+  qim_hist h;
+  qim_hist_init(&h);
+  assert_int_equal(qim_hist_quantile(&h, 0.99), 0);
+  assert_true(qim_hist_mean(&h) == 0.0);
+  qim_hist_record(&h, 1000001); /* bucket upper bound is above it */
+  assert_int_equal(qim_hist_quantile(&h, 0.5), 1000001);
+}
+
+static void test_merge_adds_counts_and_extremes(void **state) {
+  (void)state;
+  qim_hist a, b;
+  qim_hist_init(&a);
+  qim_hist_init(&b);
+  for (int i = 0; i < 90; i++) qim_hist_record(&a, 10);
+  for (int i = 0; i < 10; i++) qim_hist_record(&b, 5000);
+  qim_hist_record(&b, 3);
+  qim_hist_merge(&a, &b);
+  assert_int_equal(a.count, 101);
+  assert_int_equal(a.min, 3);
+  assert_int_equal(a.max, 5000);
+  assert_int_equal(qim_hist_quantile(&a, 0.5), 10);
+  assert_true(qim_hist_quantile(&a, 0.95) >= 5000);
+}
+
+/* ---- /proc ------------------------------------------------------------------------------------
+ */
+
+static void test_stat_with_spaces_and_parens_in_the_name(void **state) {
+  (void)state;
+  const char stat[] =
+      "4242 (qim d) (x)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 150 0 0 20 0 9 "
+      "0 100 1000000 300 18446744073709551615";
+  double cpu = 0;
+  assert_int_equal(qim_proc_parse_stat(stat, 100.0, &cpu), 0);
+  assert_true(cpu > 3.999 && cpu < 4.001); /* (250 + 150) / 100 */
+  assert_int_equal(qim_proc_parse_stat("no parens here", 100.0, &cpu), -EINVAL);
+  assert_int_equal(qim_proc_parse_stat("1 (x) S 1 2", 100.0, &cpu), -EINVAL);
+}
+
+static void test_status_keys(void **state) {
+  (void)state;
+  const char status[] = "Name:\tqimd\nVmHWM:\t   20480 kB\nVmRSS:\t   10240 kB\nThreads:\t7\n";
+  uint64_t kb = 0;
+  assert_int_equal(qim_proc_parse_kb(status, "VmRSS", &kb), 0);
+  assert_int_equal(kb, 10240);
+  assert_int_equal(qim_proc_parse_kb(status, "VmHWM", &kb), 0);
+  assert_int_equal(kb, 20480);
+  assert_int_equal(qim_proc_parse_kb(status, "Threads", &kb), 0);
+  assert_int_equal(kb, 7);
+  assert_int_equal(qim_proc_parse_kb(status, "VmSwap", &kb), -ENOENT);
+  assert_int_equal(qim_proc_parse_kb(status, "VmRS", &kb), -ENOENT); /* whole keys only */
+}
+
+static void test_sockstat_line(void **state) {
+  (void)state;
+  const char text[] =
+      "sockets: used 16\nTCP: inuse 5 orphan 0 tw 1 alloc 7 mem 36\nUDP: inuse 0 mem 0\n";
+  qim_sock_sample s = {0};
+  assert_int_equal(qim_sock_parse_sockstat(text, &s), 0);
+  assert_int_equal(s.tcp_inuse, 5);
+  assert_int_equal(s.tcp_alloc, 7);
+  assert_int_equal(s.tcp_mem_pages, 36);
+  assert_int_equal(qim_sock_parse_sockstat("UDP: inuse 0\n", &s), -EINVAL);
+}
+
+static void test_sampling_this_process(void **state) {
+  (void)state;
+  qim_proc_sample a, b;
+  assert_int_equal(qim_proc_sample_read(getpid(), &a), 0);
+  assert_true(a.rss_kb > 0);
+  assert_true(a.hwm_kb >= a.rss_kb);
+  assert_true(a.threads >= 1);
+  volatile uint64_t x = 0;
+  for (uint64_t i = 0; i < 20000000; i++) x += i;
+  assert_true(x > 0);
+  assert_int_equal(qim_proc_sample_read(getpid(), &b), 0);
+  assert_true(b.cpu_s >= a.cpu_s);
+  assert_true(qim_proc_cpu_pct(&a, &b) >= 0.0);
+  assert_int_equal(qim_proc_sample_read(0x3FFFFFFF, &b), -ENOENT);
+  qim_sock_sample s;
+  assert_int_equal(qim_sock_sample_read(&s), 0);
+  assert_true(s.slab_kb > 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_small_values_are_exact),
+      cmocka_unit_test(test_large_values_are_within_the_bucket_bound_and_never_understated),
+      cmocka_unit_test(test_every_value_lands_in_a_bucket_that_holds_it),
+      cmocka_unit_test(test_quantile_is_clipped_to_the_exact_max_and_empty_is_zero),
+      cmocka_unit_test(test_merge_adds_counts_and_extremes),
+      cmocka_unit_test(test_stat_with_spaces_and_parens_in_the_name),
+      cmocka_unit_test(test_status_keys),
+      cmocka_unit_test(test_sockstat_line),
+      cmocka_unit_test(test_sampling_this_process),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

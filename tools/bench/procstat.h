@@ -1,0 +1,50 @@
+/*
+ * procstat.h — what qim-bench reads from /proc: another process's CPU time and memory
+ * (the server under test, --server-pid) and the kernel's socket accounting. Readers only;
+ * nothing here writes or signals anything.
+ */
+#ifndef QIM_BENCH_PROCSTAT_H
+#define QIM_BENCH_PROCSTAT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* One sample of a process. */
+typedef struct qim_proc_sample {
+  double cpu_s;    /* user + system CPU seconds since the process started */
+  uint64_t rss_kb; /* VmRSS */
+  uint64_t hwm_kb; /* VmHWM: peak RSS */
+  uint32_t threads;
+  double at_s; /* CLOCK_MONOTONIC when sampled */
+} qim_proc_sample;
+
+/* Samples /proc/<pid>/stat and status. 0, or -errno (-ENOENT: no such process). */
+int qim_proc_sample_read(pid_t pid, qim_proc_sample *out);
+
+/*
+ * Parses the text of /proc/<pid>/stat (the comm field may contain spaces and ')') into
+ * CPU seconds given `ticks_per_s`. 0, or -EINVAL when the text is not that format.
+ */
+int qim_proc_parse_stat(const char *text, double ticks_per_s, double *cpu_s);
+
+/* Parses "Key:   123 kB" from a /proc status-style text; -ENOENT when absent. */
+int qim_proc_parse_kb(const char *text, const char *key, uint64_t *kb);
+
+/* CPU percent of one core used between two samples of the same process (0 if no time). */
+double qim_proc_cpu_pct(const qim_proc_sample *a, const qim_proc_sample *b);
+
+/* The kernel's TCP socket accounting (/proc/net/sockstat) and slab total (/proc/meminfo). */
+typedef struct qim_sock_sample {
+  uint64_t tcp_inuse, tcp_alloc;
+  uint64_t tcp_mem_pages; /* socket buffer pages charged to TCP */
+  uint64_t slab_kb;       /* Slab: from /proc/meminfo (system-wide, so noisy) */
+  uint64_t sunreclaim_kb; /* SUnreclaim: */
+} qim_sock_sample;
+
+/* Reads both files. 0, or -errno. */
+int qim_sock_sample_read(qim_sock_sample *out);
+
+/* Parses the "TCP:" line of /proc/net/sockstat text. 0, or -EINVAL. */
+int qim_sock_parse_sockstat(const char *text, qim_sock_sample *out);
+
+#endif /* QIM_BENCH_PROCSTAT_H */
