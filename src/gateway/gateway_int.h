@@ -109,8 +109,10 @@ struct gw_session {
   unsigned qlen;
   unsigned running; /* requests started and not done */
   bool excl_running;
-  qim_client_message_id noecho[GW_NOECHO]; /* ring of recent noecho pubs' cmids */
+  qim_client_message_id noecho[GW_NOECHO]; /* ring of recent noecho pubs' client-chosen cmids */
   unsigned noecho_n;
+  uint8_t nonce[8];  /* first half of the cmids this session makes (see pub.c) */
+  uint64_t made;     /* cmids made so far */
   gw_pending *pend; /* pubs in flight (at most queue_max) */
   size_t npend, cpend;
 };
@@ -125,8 +127,12 @@ int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *
 void qim__gw_session_detach(gw_session *s, qim_conversation_id conv);
 /* Logs the session in as `user` of its tenant: indexes it and adds the mailbox route. */
 void qim__gw_session_login(gw_session *s, qim_user_id user);
+/* True when `cmid` is a noecho pub of this session: one whose cmid the session made with
+ * the noecho mark, or a client-chosen one still in the ring. */
 bool qim__gw_session_noecho(const gw_session *s, const qim_client_message_id *cmid);
 void qim__gw_session_noecho_add(gw_session *s, const qim_client_message_id *cmid);
+/* A fresh ClientMessageId for a pub without one: nonce | 7-byte counter | mark byte. */
+qim_client_message_id qim__gw_session_cmid(gw_session *s, bool noecho);
 
 /* net.h handler callbacks (the handler's ud is the gateway). */
 void qim__gw_on_open(qim_conn *c, void *ud);

@@ -187,13 +187,10 @@ void qim__gw_pub(gw_req *r) {
       qim__gw_req_done(r);
       return;
     }
-    qim_client_message_id cmid = m->cmid;
-    if (!m->has_cmid) {
-      /* No retry safety without the client's id, as in Tinode. */
-      randombytes_buf(cmid.b, sizeof cmid.b);
-      cmid.b[15] |= 1;
-    }
-    if (m->noecho) qim__gw_session_noecho_add(s, &cmid);
+    /* Without the client's cmid there is no retry safety, as in Tinode; the one the
+     * session makes carries the noecho mark for push.c. */
+    qim_client_message_id cmid = m->has_cmid ? m->cmid : qim__gw_session_cmid(s, m->noecho);
+    if (m->has_cmid && m->noecho) qim__gw_session_noecho_add(s, &cmid);
     if (tm.has_replace || tm.mention_count) {
       qim_history_tinode_msg_free(&tm);
       history_path(r, conv, &cmid);

@@ -77,7 +77,24 @@ void qim__gw_session_login(gw_session *s, qim_user_id user) {
   atomic_fetch_add(&g->st_auth, 1);
 }
 
+/* The last byte of a session-made cmid: bit 7 always set (the id is never all-zero), bit 0
+ * the noecho mark. */
+#define CMID_MARK 0x80u
+#define CMID_NOECHO 0x01u
+
+qim_client_message_id qim__gw_session_cmid(gw_session *s, bool noecho) {
+  qim_client_message_id id;
+  memcpy(id.b, s->nonce, 8);
+  uint64_t n = ++s->made;
+  for (int i = 0; i < 7; i++) id.b[8 + i] = (uint8_t)(n >> (48 - 8 * i));
+  id.b[15] = (uint8_t)(CMID_MARK | (noecho ? CMID_NOECHO : 0));
+  return id;
+}
+
+/* Session-made cmids carry the noecho decision themselves, so any number of pubs may be
+ * in the pipeline at once; only client-chosen cmids (qim's cmid extension) need the ring. */
 bool qim__gw_session_noecho(const gw_session *s, const qim_client_message_id *cmid) {
+  if (memcmp(cmid->b, s->nonce, 8) == 0 && (cmid->b[15] & CMID_MARK)) return cmid->b[15] & CMID_NOECHO;
   unsigned n = s->noecho_n < GW_NOECHO ? s->noecho_n : GW_NOECHO;
   for (unsigned i = 0; i < n; i++)
     if (memcmp(s->noecho[i].b, cmid->b, sizeof cmid->b) == 0) return true;
@@ -359,6 +376,7 @@ void qim__gw_on_open(qim_conn *c, void *ud) {
   s->refs = 1;
   s->tenant = *qim_conn_tenant(c);
   randombytes_buf(&s->device, sizeof s->device);
+  randombytes_buf(s->nonce, sizeof s->nonce);
   qim_conn_set_data(c, s);
   atomic_fetch_add(&g->st_sessions, 1);
 }
