@@ -36,6 +36,7 @@ static const char *const header_names[QIM_HTTP_H_COUNT] = {
     [QIM_HTTP_H_ORIGIN] = "Origin",
     [QIM_HTTP_H_USER_AGENT] = "User-Agent",
     [QIM_HTTP_H_FORWARDED_FOR] = "X-Forwarded-For",
+    [QIM_HTTP_H_SERVICE_TOKEN] = "X-Qim-Service-Token",
 };
 
 static qim_http_parser *of(http_parser *hp) {

@@ -33,6 +33,7 @@ typedef enum qim_http_header {
   QIM_HTTP_H_ORIGIN,
   QIM_HTTP_H_USER_AGENT,
   QIM_HTTP_H_FORWARDED_FOR, /* X-Forwarded-For */
+  QIM_HTTP_H_SERVICE_TOKEN, /* X-Qim-Service-Token (admin API) */
   QIM_HTTP_H_COUNT
 } qim_http_header;
 

@@ -5,11 +5,13 @@
  * 2 for bad configuration.
  */
 #include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "qim/config.h"
+#include "qim/log.h"
 #include "server.h"
 
 extern char **environ;
@@ -79,6 +81,13 @@ int main(int argc, char **argv) {
             cfg.store_url);
     return 2;
   }
+  qim_log_set_level(cfg.log_level);
+  /* libuv's thread pool runs password hashing and the blocking group/history calls of
+   * every gateway loop; its default of 4 threads would queue them behind each other.
+   * Read once, at the pool's first use; an operator's own setting wins. */
+  char pool[16];
+  snprintf(pool, sizeof pool, "%u", cfg.io_threads * 4 < 16 ? 16 : cfg.io_threads * 4);
+  setenv("UV_THREADPOOL_SIZE", pool, 0);
   /* A peer that closes its socket must cost an EPIPE, never the process. */
   signal(SIGPIPE, SIG_IGN);
   qim_server srv;

@@ -1,8 +1,8 @@
 /*
- * server.c — qimd's lifecycle: data directory, main loop, signals, ready and stop log
- * lines. Until the gateway lands the loop holds only the signal handles; the gateway's
- * listeners and worker threads will be started from qim_server_run and stopped from
- * on_signal, so shutdown already has its final shape.
+ * server.c — qimd's lifecycle: data directory, main loop, signals, the node, ready and
+ * stop log lines. The main loop holds only the signal handles: the gateway runs its own
+ * I/O loops and the pipeline its worker threads (node.c). A signal closes the handles,
+ * uv_run returns, and the node is closed in reverse order of opening.
  */
 #include "server.h"
 
@@ -16,39 +16,7 @@
 #include <unistd.h>
 
 #include "qim/err.h"
-
-static const char *level_name(qim_log_level l) {
-  return qim_config_log_level_name(l);
-}
-
-void qim_server_log(const qim_config *cfg, qim_log_level level, const char *event, const char *fmt,
-                    ...) {
-  if (cfg && level < cfg->log_level) return;
-  struct timespec ts;
-  struct tm tm;
-  char line[2048];
-  clock_gettime(CLOCK_REALTIME, &ts);
-  gmtime_r(&ts.tv_sec, &tm);
-  int n = snprintf(line, sizeof line,
-                   "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s event=%s trace=-",
-                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                   ts.tv_nsec / 1000000, level_name(level), event);
-  if (n > 0 && (size_t)n < sizeof line - 2 && fmt && *fmt) {
-    va_list ap;
-    va_start(ap, fmt);
-    line[n++] = ' ';
-    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-    va_end(ap);
-  }
-  /* Control bytes become '?' so a value cannot forge a line; one write() per line keeps
-   * lines from several threads whole. */
-  size_t len = strnlen(line, sizeof line - 2);
-  for (size_t i = 0; i < len; i++)
-    if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f) line[i] = '?';
-  line[len] = '\n';
-  ssize_t w = write(STDERR_FILENO, line, len + 1);
-  (void)w;
-}
+#include "qim/log.h"
 
 const char *qim_server_log_quote(const char *v, char *out, size_t cap) {
   bool plain = *v != '\0' && strcspn(v, " \t\n\"=\\") == strlen(v);
@@ -88,8 +56,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   qim_server *s = h->data;
   if (s->stop_signal) return;
   s->stop_signal = signum;
-  qim_server_log(s->cfg, QIM_LOG_INFO, "server.stopping", "signal=%s",
-                 signum == SIGINT ? "SIGINT" : "SIGTERM");
+  QIM_LOGI(NULL, "server.stopping", "signal=%s", signum == SIGINT ? "SIGINT" : "SIGTERM");
   /* Closing the last handles lets uv_run return; the gateway will drain here first. */
   uv_close((uv_handle_t *)&s->sigint, NULL);
   uv_close((uv_handle_t *)&s->sigterm, NULL);
@@ -97,8 +64,8 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 static int fail_step(qim_server *s, const char *step, int rc) {
   char data[QIM_CONFIG_PATH_CAP + 8];
-  qim_server_log(s->cfg, QIM_LOG_ERROR, "server.start_failed", "step=%s error=%s data=%s", step,
-                 qim_err_name(rc), qim_server_log_quote(s->cfg->data_dir, data, sizeof data));
+  QIM_LOGE(NULL, "server.start_failed", "step=%s error=%s data=%s", step, qim_err_name(rc),
+           qim_server_log_quote(s->cfg->data_dir, data, sizeof data));
   qim_server_close(s);
   return rc;
 }
@@ -121,24 +88,28 @@ int qim_server_init(qim_server *s, const qim_config *cfg) {
   if ((rc = start_signal(s, &s->sigint, SIGINT)) < 0 ||
       (rc = start_signal(s, &s->sigterm, SIGTERM)) < 0)
     return fail_step(s, "signals", rc);
+  if ((rc = qim_node_open(&s->node, cfg, NULL)) != 0) {
+    qim_server_close(s); /* node_open logged its step */
+    return rc;
+  }
+  s->node_open = true;
   return 0;
 }
 
 int qim_server_run(qim_server *s) {
   const qim_config *c = s->cfg;
   char data[QIM_CONFIG_PATH_CAP + 8], store[QIM_CONFIG_PATH_CAP + 8];
-  qim_server_log(c, QIM_LOG_INFO, "server.ready",
-                 c->listen_host[0] && strchr(c->listen_host, ':')
-                     ? "listen=[%s]:%u data=%s store=%s node_id=%u io_threads=%u pid=%ld"
-                     : "listen=%s:%u data=%s store=%s node_id=%u io_threads=%u pid=%ld",
-                 c->listen_host, c->listen_port,
-                 qim_server_log_quote(c->data_dir, data, sizeof data),
-                 qim_server_log_quote(c->store_url, store, sizeof store), c->node_id, c->io_threads,
-                 (long)getpid());
+  QIM_LOGI(NULL, "server.ready",
+           c->listen_host[0] && strchr(c->listen_host, ':')
+               ? "listen=[%s]:%u data=%s store=%s node_id=%u io_threads=%u pid=%ld"
+               : "listen=%s:%u data=%s store=%s node_id=%u io_threads=%u pid=%ld",
+           c->listen_host, qim_node_port(&s->node), qim_server_log_quote(c->data_dir, data, sizeof data),
+           qim_server_log_quote(c->store_url, store, sizeof store), c->node_id, c->io_threads, (long)getpid());
   int rc = uv_run(&s->loop, UV_RUN_DEFAULT);
   (void)rc; /* non-zero only if handles remain, which close() below reports */
-  qim_server_log(c, QIM_LOG_INFO, "server.stopped", "signal=%s",
-                 s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+  qim_node_close(&s->node); /* gateway first: no new requests; then the pipeline */
+  s->node_open = false;
+  QIM_LOGI(NULL, "server.stopped", "signal=%s", s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
   return 0;
 }
 
@@ -148,11 +119,13 @@ static void close_one(uv_handle_t *h, void *arg) {
 }
 
 void qim_server_close(qim_server *s) {
+  if (s->node_open) qim_node_close(&s->node);
+  s->node_open = false;
   if (!s->loop_open) return;
   /* Close whatever is still open (after a failed init) and let the close callbacks run. */
   uv_walk(&s->loop, close_one, NULL);
   uv_run(&s->loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&s->loop) != 0)
-    qim_server_log(s->cfg, QIM_LOG_ERROR, "server.close_failed", "error=%s", "EBUSY");
+    QIM_LOGE(NULL, "server.close_failed", "error=%s", "EBUSY");
   s->loop_open = false;
 }

@@ -1,7 +1,7 @@
 /*
- * server.h — one running qimd: its configuration, its main event loop and the signal
- * handles that stop it. Later rooms (store, gateway, fanout, mailbox) are wired in
- * here; main.c only parses the command line and reports the exit status.
+ * server.h — one running qimd: its configuration, its main event loop with the signal
+ * handles that stop it, and the node (node.h: store, pipeline, gateway). main.c only
+ * parses the command line and reports the exit status.
  */
 #ifndef QIM_SERVER_H
 #define QIM_SERVER_H
@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "qim/config.h"
+#include "server/node.h"
 
 typedef struct qim_server {
   const qim_config *cfg; /* borrowed; outlives the server */
@@ -17,28 +18,24 @@ typedef struct qim_server {
   uv_signal_t sigint, sigterm;
   int stop_signal; /* the signal that stopped the server; 0 while running */
   bool loop_open;
+  qim_node node;
+  bool node_open;
 } qim_server;
 
 /*
- * Prepares a server: creates the data directory (and its parents, mode 0700) and the
- * main loop with SIGINT/SIGTERM handlers. Returns 0, or -errno after logging the
- * failing step. On failure the server is already cleaned up.
+ * Prepares a server: creates the data directory (and its parents, mode 0700), the main
+ * loop with SIGINT/SIGTERM handlers, and opens the node (store, recovery, pipeline,
+ * gateway listening). Returns 0, or an error after logging the failing step. On failure
+ * the server is already cleaned up.
  */
 int qim_server_init(qim_server *s, const qim_config *cfg);
 
-/* Logs `event=server.ready` and runs until SIGINT or SIGTERM; 0 after a clean stop. */
+/* Logs `event=server.ready` and runs until SIGINT or SIGTERM, then stops the node
+ * gracefully; 0 after a clean stop. */
 int qim_server_run(qim_server *s);
 
 /* Releases the loop; safe after a failed init and after run. */
 void qim_server_close(qim_server *s);
-
-/*
- * One key=value log line on stderr: "ts=... level=LEVEL event=EVENT" then `fmt`.
- * Values with spaces, quotes or '=' must go through qim_server_log_quote.
- * Same form as qim_log (core/log.c); stands in for it until the server is wired to it.
- */
-void qim_server_log(const qim_config *cfg, qim_log_level level, const char *event, const char *fmt,
-                    ...) __attribute__((format(printf, 4, 5)));
 
 /* Writes `v` into `out` as a log value: bare when safe, else in double quotes with
  * '"' and '\' escaped. Truncates to `cap`. Returns `out`. */

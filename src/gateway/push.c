@@ -1,0 +1,334 @@
+/*
+ * push.c — live delivery: the mailbox's PushBatches become frames for the sessions of
+ * this loop (its ConnectionShardId). This is the ONLY source of live {data}: a pub is
+ * pushed once it is durable, fanned out and materialized, so what a client sees live is
+ * exactly what its mailbox holds.
+ *
+ * Per entry, for each logged-in session of the entry's user on this loop:
+ *   Message     attached to the conversation → {data} (not to the sending session of a
+ *               noecho pub); on `me` only → {pres topic:"me" what:"msg" src seq act};
+ *   Membership  (a group change, docs/groups.md) → {pres what:"acs" src:<member> dacs} to
+ *               sessions attached to the group, so the others learn of joins and leaves;
+ *   Control     "qim.history" deletions → {pres what:"del" src:<actor> clear delseq} to
+ *               attached sessions (hard: every member's; soft: only the deleter's own),
+ *               {pres topic:"me" what:"del"} to `me` sessions; other Controls (edits, read
+ *               positions) carry nothing a Tinode client needs live.
+ * One serialized frame is shared by every receiver of the same message on this loop.
+ *
+ * Bodies larger than the inline threshold are not in mailbox entries: the record is read
+ * from the store (asynchronously, on this loop) before the entry is delivered. Batches
+ * are handled strictly one after the other, so per-user order is the mailbox's order.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "gateway/gateway_int.h"
+#include "qim/err.h"
+#include "qim/log.h"
+#include "qim/mem.h"
+#include "qim/record.h"
+
+#define PUSH_LIMIT 8192 /* batches queued per loop before new ones are dropped */
+
+typedef struct gw_push {
+  qim_cq_item it;
+  gw_loop *l;
+  qim_push_batch *b;
+  size_t next;                   /* entry being delivered */
+  struct gw_push *qnext;
+  qim_store_record_get_req get;  /* the body of entry `next`, when not inline */
+  bool fetching, fetched;
+  /* Frames of the last message delivered, shared by all its receivers here. */
+  qim_message_id cached;
+  bool have_cache;
+  qim_ws_frame *data, *pres_act, *pres_own;
+} gw_push;
+
+static void cache_clear(gw_push *p) {
+  qim_ws_frame_unref(p->data);
+  qim_ws_frame_unref(p->pres_act);
+  qim_ws_frame_unref(p->pres_own);
+  p->data = p->pres_act = p->pres_own = NULL;
+  p->have_cache = false;
+}
+
+static void push_free(gw_push *p) {
+  cache_clear(p);
+  if (p->fetched) qim_message_record_free(&p->get.out);
+  qim_mailbox_push_batch_free(p->b);
+  qim_free(p);
+}
+
+/* `len` is read after the builder ran (it is the builder's output). */
+static qim_ws_frame *frame_of(char *json, const size_t *len) {
+  if (!json) return NULL;
+  qim_ws_frame *f = qim_ws_frame_new(QIM_WS_OP_TEXT, json, *len);
+  qim_free(json);
+  return f;
+}
+
+static void send_frame(gw_session *s, qim_ws_frame *f, _Atomic uint64_t *counter) {
+  if (f && s->conn && qim_conn_send_frame(s->conn, f) == 0) atomic_fetch_add(counter, 1);
+}
+
+/* ---- messages --------------------------------------------------------------------------------- */
+
+static void build_message(gw_push *p, const qim_mailbox_entry *e, const qim_message_content *c,
+                          const char *topic) {
+  cache_clear(p);
+  p->cached = e->coordinates.message_id;
+  p->have_cache = true;
+  char from[QIM_TOPIC_NAME_CAP];
+  qim_user_id_format(e->sender_id, from, sizeof from);
+  json_t *head = NULL, *content = NULL;
+  size_t len;
+  if (c && qim_history_content_to_tinode(c, &head, &content) == 0) {
+    qim_proto_data_frame d = {.topic = topic, .from = from, .ts_ms = e->created_at,
+                              .seq = (uint32_t)e->coordinates.conversation_seq, .head = head, .content = content};
+    p->data = frame_of(qim_proto_data(&d, &len), &len);
+  }
+  json_decref(head);
+  json_decref(content);
+  qim_proto_pres_frame pr = {.topic = "me", .src = topic, .what = "msg",
+                             .seq = (uint32_t)e->coordinates.conversation_seq, .act = from};
+  p->pres_act = frame_of(qim_proto_pres(&pr, &len), &len);
+  pr.act = NULL; /* Tinode leaves act out when the receiver sent the message */
+  p->pres_own = frame_of(qim_proto_pres(&pr, &len), &len);
+}
+
+static void deliver_message(gw_push *p, const qim_mailbox_entry *e, const qim_message_content *c,
+                            gw_session *const *v, size_t n) {
+  qim_gateway *g = p->l->gw;
+  qim_conversation_id conv = e->coordinates.conversation_id;
+  char topic[QIM_TOPIC_NAME_CAP];
+  qim_group_id_format((qim_group_id){conv.v}, topic, sizeof topic);
+  if (!p->have_cache || memcmp(p->cached.b, e->coordinates.message_id.b, 16) != 0) build_message(p, e, c, topic);
+  bool own = qim_u128_eq(e->sender_id.v, e->user_id.v);
+  for (size_t i = 0; i < n; i++) {
+    gw_session *s = v[i];
+    gw_attach *a = qim__gw_session_attached(s, conv);
+    if (a) {
+      if (e->coordinates.conversation_seq <= a->since) continue; /* history, not live */
+      if (own && e->has_client_message_id && qim__gw_session_noecho(s, &e->client_message_id)) continue;
+      if (own && e->has_client_message_id && p->data && qim__gw_pending_hold(s, &e->client_message_id, p->data)) {
+        atomic_fetch_add(&g->st_data, 1); /* sent right after the 202 */
+        continue;
+      }
+      send_frame(s, p->data, &g->st_data);
+    } else if (s->me) {
+      send_frame(s, own ? p->pres_own : p->pres_act, &g->st_pres);
+    }
+  }
+}
+
+/* ---- membership and history Controls ------------------------------------------------------------- */
+
+static json_t *control_json(const qim_mailbox_entry *e) {
+  if (!e->has_content || !e->body_included) return NULL;
+  const qim_bytes *b = &e->content.payload_or_ciphertext;
+  return b->n ? json_loadb((const char *)b->p, b->n, 0, NULL) : NULL;
+}
+
+static void to_attached(gw_session *const *v, size_t n, qim_conversation_id conv, qim_ws_frame *f,
+                        _Atomic uint64_t *counter) {
+  for (size_t i = 0; i < n; i++)
+    if (qim__gw_session_attached(v[i], conv)) send_frame(v[i], f, counter);
+}
+
+static void deliver_membership(gw_push *p, const qim_mailbox_entry *e, gw_session *const *v, size_t n) {
+  json_t *j = control_json(e);
+  json_t *changes = json_object_get(j, "changes");
+  qim_conversation_id conv = e->coordinates.conversation_id;
+  char topic[QIM_TOPIC_NAME_CAP];
+  qim_group_id_format((qim_group_id){conv.v}, topic, sizeof topic);
+  size_t i;
+  json_t *c;
+  json_array_foreach(changes, i, c) {
+    const char *user = json_string_value(json_object_get(c, "user"));
+    const char *change = json_string_value(json_object_get(c, "change"));
+    const char *mode = json_string_value(json_object_get(c, "mode"));
+    if (!user || !change) continue;
+    bool gone = strcmp(change, "removed") == 0 || strcmp(change, "left") == 0 || strcmp(change, "banned") == 0;
+    const char *m = gone ? "N" : mode ? mode : NULL;
+    if (!m) continue;
+    size_t len;
+    qim_proto_pres_frame pr = {.topic = topic, .src = user, .what = "acs", .dacs_want = m, .dacs_given = m};
+    qim_ws_frame *f = frame_of(qim_proto_pres(&pr, &len), &len);
+    to_attached(v, n, conv, f, &p->l->gw->st_pres);
+    qim_ws_frame_unref(f);
+  }
+  json_decref(j);
+}
+
+/* Ranges of a Control's JSON ([{low, hi?}]) appended to r (at most cap). */
+static size_t ranges_from(json_t *a, qim_proto_range *r, size_t k, size_t cap) {
+  size_t i;
+  json_t *x;
+  json_array_foreach(a, i, x) {
+    if (k == cap) break;
+    json_int_t low = json_integer_value(json_object_get(x, "low"));
+    json_int_t hi = json_integer_value(json_object_get(x, "hi"));
+    if (low <= 0 || low > QIM_PROTO_INT_MAX || hi < 0 || hi > QIM_PROTO_INT_MAX) continue;
+    r[k++] = (qim_proto_range){(uint32_t)low, hi == low + 1 ? 0 : (uint32_t)hi};
+  }
+  return k;
+}
+
+static void deliver_history(gw_push *p, const qim_mailbox_entry *e, gw_session *const *v, size_t n) {
+  json_t *j = control_json(e);
+  const char *op = json_string_value(json_object_get(j, "op"));
+  if (!op || strcmp(op, "del") != 0) {
+    json_decref(j); /* edit, read, expire: nothing a Tinode client needs live */
+    return;
+  }
+  qim_conversation_id conv = e->coordinates.conversation_id;
+  char topic[QIM_TOPIC_NAME_CAP];
+  qim_group_id_format((qim_group_id){conv.v}, topic, sizeof topic);
+  qim_proto_range r[QIM_PROTO_RANGES_MAX];
+  size_t k = ranges_from(json_object_get(j, "deleted"), r, 0, QIM_PROTO_RANGES_MAX);
+  k = ranges_from(json_object_get(j, "recalled"), r, k, QIM_PROTO_RANGES_MAX);
+  k = ranges_from(json_object_get(j, "ranges"), r, k, QIM_PROTO_RANGES_MAX);
+  json_int_t delid = json_integer_value(json_object_get(j, "delid"));
+  size_t len;
+  qim_proto_pres_frame pr = {.topic = topic, .src = json_string_value(json_object_get(j, "actor")), .what = "del",
+                             .clear = (uint32_t)delid, .delseq = r, .delseq_n = k};
+  qim_ws_frame *f = frame_of(qim_proto_pres(&pr, &len), &len);
+  qim_proto_pres_frame me = {.topic = "me", .src = topic, .what = "del", .clear = (uint32_t)delid};
+  qim_ws_frame *fm = frame_of(qim_proto_pres(&me, &len), &len);
+  for (size_t i = 0; i < n; i++) {
+    if (qim__gw_session_attached(v[i], conv))
+      send_frame(v[i], f, &p->l->gw->st_pres);
+    else if (v[i]->me)
+      send_frame(v[i], fm, &p->l->gw->st_pres);
+  }
+  qim_ws_frame_unref(f);
+  qim_ws_frame_unref(fm);
+  json_decref(j);
+}
+
+/* ---- the batch queue ------------------------------------------------------------------------------- */
+
+static void run(gw_loop *l);
+
+static void fetch_done(qim_store_req *req) {
+  gw_push *p = (gw_push *)((char *)req - offsetof(gw_push, get));
+  gw_loop *l = p->l;
+  p->fetching = false;
+  p->fetched = req->status == 0;
+  if (req->status)
+    QIM_LOGW(&p->b->trace_id, "gateway.push_body_missing", "seq=%llu err=%s",
+             (unsigned long long)p->get.seq, qim_err_name(req->status));
+  if (req->status) p->next++; /* deliver nothing for a body that is gone */
+  run(l);
+  qim__gw_loop_release(l);
+}
+
+/* Starts reading entry e's record; false when it could not be asked (then skip it). */
+static bool fetch(gw_push *p, const qim_mailbox_entry *e) {
+  gw_loop *l = p->l;
+  memset(&p->get, 0, sizeof p->get);
+  p->get.req.cq = l->cq;
+  p->get.req.done = fetch_done;
+  p->get.tenant_id = e->tenant_id;
+  p->get.conversation_id = e->coordinates.conversation_id;
+  p->get.seq = e->coordinates.conversation_seq;
+  qim_store *st = l->gw->d.store;
+  qim__gw_loop_hold(l);
+  if (st->vt->history.get(st, &p->get) != 0) {
+    qim__gw_loop_release(l);
+    return false;
+  }
+  p->fetching = true;
+  return true;
+}
+
+static bool is_history_control(const qim_mailbox_entry *e) {
+  return e->has_content && e->content.custom_type && strcmp(e->content.custom_type, QIM_HISTORY_CONTROL_TYPE) == 0;
+}
+
+/* Delivers entries from p->next on; false when it waits for a body read. */
+static bool step(gw_push *p) {
+  gw_loop *l = p->l;
+  for (; p->next < p->b->entry_count; p->next++) {
+    const qim_mailbox_entry *e = &p->b->entries[p->next];
+    size_t n;
+    gw_session *const *v = qim__gw_index_find(&l->by_user, qim__gw_key(e->tenant_id, e->user_id.v), &n);
+    if (n == 0) continue;
+    if (e->event_type == QIM_EVENT_TYPE_MESSAGE) {
+      const qim_message_content *c = e->has_content && e->body_included ? &e->content : NULL;
+      bool cached = p->have_cache && memcmp(p->cached.b, e->coordinates.message_id.b, 16) == 0;
+      if (!c && !cached && !p->fetched) {
+        if (fetch(p, e)) return false;
+        continue;
+      }
+      if (!c && p->fetched) c = &p->get.out.content;
+      deliver_message(p, e, c, v, n);
+      if (p->fetched) {
+        qim_message_record_free(&p->get.out);
+        p->fetched = false;
+      }
+    } else if (e->event_type == QIM_EVENT_TYPE_MEMBERSHIP) {
+      deliver_membership(p, e, v, n);
+    } else if (e->event_type == QIM_EVENT_TYPE_CONTROL && is_history_control(e)) {
+      deliver_history(p, e, v, n);
+    }
+  }
+  return true;
+}
+
+static void run(gw_loop *l) {
+  l->push_busy = true;
+  while (l->push_head) {
+    gw_push *p = l->push_head;
+    if (p->fetching || !step(p)) return; /* fetch_done resumes */
+    l->push_head = p->qnext;
+    if (!l->push_head) l->push_tail = NULL;
+    push_free(p);
+  }
+  l->push_busy = false;
+}
+
+static void arrived(qim_cq_item *it) {
+  gw_push *p = (gw_push *)it;
+  gw_loop *l = p->l;
+  qim__gw_loop_posted_done(l);
+  atomic_fetch_add(&l->gw->st_batches, 1);
+  if (l->stopping) {
+    push_free(p);
+    return;
+  }
+  if (l->push_tail)
+    l->push_tail->qnext = p;
+  else
+    l->push_head = p;
+  l->push_tail = p;
+  if (!l->push_busy) run(l);
+}
+
+void qim__gw_push_sink(qim_push_batch *batch, void *ctx) {
+  gw_loop *l = ctx;
+  gw_push *p = qim_calloc(1, sizeof *p);
+  p->it.run = arrived;
+  p->l = l;
+  p->b = batch;
+  if (!qim__gw_loop_post(l, &p->it, PUSH_LIMIT)) {
+    atomic_fetch_add(&l->gw->st_dropped, 1);
+    QIM_LOGW(&batch->trace_id, "gateway.push_dropped", "cs=%u entries=%zu", l->cs, batch->entry_count);
+    qim_mailbox_push_batch_free(batch);
+    qim_free(p);
+  }
+}
+
+void qim__gw_push_drop(gw_loop *l) {
+  /* A batch waiting for a body read stays queued: its fetch_done will still run (it holds
+   * the loop) and finishes it. Every other waiting batch is dropped: no session is left. */
+  gw_push *keep = l->push_head && l->push_head->fetching ? l->push_head : NULL;
+  gw_push *p = keep ? keep->qnext : l->push_head;
+  while (p) {
+    gw_push *next = p->qnext;
+    push_free(p);
+    p = next;
+  }
+  if (keep) keep->qnext = NULL;
+  l->push_head = l->push_tail = keep;
+}
