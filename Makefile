@@ -3,12 +3,13 @@
 #   make test    install, build with gcc and run every test; then the clang ASan+UBSan build, same tests
 #   make build   gcc build only (./build)         make san   clang sanitizer build only (./build-san)
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
+#   make fuzz-long   every libFuzzer target for FUZZ_SECONDS (600) each, in ./build-san (tests/fuzz/long.sh)
 JOBS ?= $(shell nproc)
 # Sub-makes run by cmake --build need not announce every directory.
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean
+.PHONY: deps build san run test test-gcc test-san fuzz-long clean
 
 deps:
 	@./scripts/deps.sh
@@ -36,6 +37,11 @@ test-san: san
 # Both builds always run, so one failure does not hide the other's results.
 test: deps
 	@status=0; $(MAKE) test-gcc || status=1; $(MAKE) test-san || status=1; exit $$status
+
+# Long fuzz runs, one target after the other; a summary line per target at the end.
+FUZZ_SECONDS ?= 600
+fuzz-long: san
+	FUZZ_SECONDS=$(FUZZ_SECONDS) ./tests/fuzz/long.sh
 
 clean:
 	rm -rf build build-san
