@@ -2,6 +2,8 @@
 #   make run     install Debian packages if missing, build, start qimd on 127.0.0.1:6060 (data in ./var)
 #   make test    install, build with gcc and run every test; then the clang ASan+UBSan build, same tests
 #   make build   gcc build only (./build)         make san   clang sanitizer build only (./build-san)
+#   make bench-store   the storage benchmark (durable message commits/s, group commit vs one
+#                message at a time); BENCH_DIR must be on a real disk (default /tmp), never tmpfs
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 #   make fuzz-long   every libFuzzer target for FUZZ_SECONDS (600) each, in ./build-san (tests/fuzz/long.sh)
 JOBS ?= $(shell nproc)
@@ -9,7 +11,9 @@ JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san fuzz-long clean
+.PHONY: deps build san run test test-gcc test-san fuzz-long clean bench-store
+BENCH_DIR ?= /tmp
+BENCH_SECONDS ?= 3
 
 deps:
 	@./scripts/deps.sh
@@ -42,6 +46,9 @@ test: deps
 FUZZ_SECONDS ?= 600
 fuzz-long: san
 	FUZZ_SECONDS=$(FUZZ_SECONDS) ./tests/fuzz/long.sh
+
+bench-store: build
+	./build/bench/qim-bench-store $(BENCH_DIR) $(BENCH_SECONDS)
 
 clean:
 	rm -rf build build-san

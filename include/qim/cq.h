@@ -23,6 +23,10 @@ int qim_cq_new_loop(uv_loop_t *loop, qim_cq **out);
 int qim_cq_new_blocking(qim_cq **out);
 /* Any thread. */
 void qim_cq_post(qim_cq *cq, qim_cq_item *it);
+/* Posts the items first..last, already linked through `next` (last->next is ignored), in
+ * that order with one wakeup: a backend completing many requests of one owner at once
+ * wakes it once instead of once per request. Any thread. */
+void qim_cq_post_chain(qim_cq *cq, qim_cq_item *first, qim_cq_item *last);
 /* Runs every posted item; returns how many ran. */
 int qim_cq_drain(qim_cq *cq);
 /* Blocks until at least one item was posted or timeout_ms (-1 = forever) passes, then

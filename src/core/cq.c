@@ -27,9 +27,9 @@ typedef enum cq_kind { CQ_LOOP, CQ_BLOCKING } cq_kind;
 struct qim_cq {
   cq_kind kind;
   pthread_mutex_t mu;
-  pthread_cond_t cv;  /* CQ_BLOCKING: signalled on post */
+  pthread_cond_t cv; /* CQ_BLOCKING: signalled on post */
   qim_cq_item *head, *tail;
-  uv_async_t async;   /* CQ_LOOP */
+  uv_async_t async; /* CQ_LOOP */
 };
 
 /* Takes the whole list; the caller runs it outside the lock (a callback may post). */
@@ -53,7 +53,9 @@ static int run_list(qim_cq_item *it) {
   return n;
 }
 
-static void on_async(uv_async_t *h) { qim_cq_drain(h->data); }
+static void on_async(uv_async_t *h) {
+  qim_cq_drain(h->data);
+}
 
 static int cq_alloc(cq_kind kind, qim_cq **out) {
   qim_cq *cq = qim_calloc(1, sizeof *cq);
@@ -87,22 +89,28 @@ int qim_cq_new_loop(uv_loop_t *loop, qim_cq **out) {
   return 0;
 }
 
-int qim_cq_new_blocking(qim_cq **out) { return cq_alloc(CQ_BLOCKING, out); }
+int qim_cq_new_blocking(qim_cq **out) {
+  return cq_alloc(CQ_BLOCKING, out);
+}
 
-void qim_cq_post(qim_cq *cq, qim_cq_item *it) {
-  it->next = NULL;
+void qim_cq_post_chain(qim_cq *cq, qim_cq_item *first, qim_cq_item *last) {
+  last->next = NULL;
   pthread_mutex_lock(&cq->mu);
   if (cq->tail)
-    cq->tail->next = it;
+    cq->tail->next = first;
   else
-    cq->head = it;
-  cq->tail = it;
+    cq->head = first;
+  cq->tail = last;
   /* Wake while holding the lock: see the lifetime note at the top of the file. */
   if (cq->kind == CQ_LOOP)
     uv_async_send(&cq->async);
   else
     pthread_cond_signal(&cq->cv);
   pthread_mutex_unlock(&cq->mu);
+}
+
+void qim_cq_post(qim_cq *cq, qim_cq_item *it) {
+  qim_cq_post_chain(cq, it, it);
 }
 
 int qim_cq_drain(qim_cq *cq) {

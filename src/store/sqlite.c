@@ -34,6 +34,7 @@
 /* An idle writer truncates the WAL after this long, so overwritten (deleted) content
  * does not linger in old WAL frames (DESIGN.md §1 rule 7). */
 #define IDLE_CHECKPOINT_MS 1000
+#define IDLE_CHECKPOINT_WAIT_MS 50
 #define BUSY_TIMEOUT_MS 2000
 
 static const sq_op *const ops[SQ_OP_COUNT] = {
@@ -79,6 +80,8 @@ static sqlite3_stmt *cache_get(sq_conn *c, const char *sql) {
   return NULL;
 }
 
+static void track_used(sq_conn *c, sqlite3_stmt *st);
+
 sqlite3_stmt *sq_prep(sq_conn *c, const char *sql) {
   sqlite3_stmt *st = cache_get(c, sql);
   if (!st) {
@@ -93,14 +96,29 @@ sqlite3_stmt *sq_prep(sq_conn *c, const char *sql) {
   }
   sqlite3_reset(st);
   sqlite3_clear_bindings(st);
-  if (c->used_n < sizeof c->used / sizeof c->used[0]) c->used[c->used_n++] = st;
+  track_used(c, st);
   return st;
 }
 
-/* Resets every statement the operation used: no statement outlives its operation. */
+/* Remembers a statement handed out during the current operation (once). */
+static void track_used(sq_conn *c, sqlite3_stmt *st) {
+  for (size_t i = 0; i < c->used_n; i++)
+    if (c->used[i] == st) return;
+  if (c->used_n < sizeof c->used / sizeof c->used[0])
+    c->used[c->used_n++] = st;
+  else
+    c->used_overflow = true;
+}
+
+/* Resets every statement the operation used: no statement outlives its operation (an
+ * active statement would pin a read snapshot or keep a cursor open across COMMIT). */
 static void release_used(sq_conn *c) {
   for (size_t i = 0; i < c->used_n; i++) sqlite3_reset(c->used[i]);
+  if (c->used_overflow)
+    for (size_t i = 0; i < c->slot_cap; i++)
+      if (c->slots[i].sql) sqlite3_reset(c->slots[i].st);
   c->used_n = 0;
+  c->used_overflow = false;
 }
 
 static void cache_free(sq_conn *c) {
@@ -115,20 +133,30 @@ static void cache_free(sq_conn *c) {
 
 int sq_errno(int rc) {
   switch (rc & 0xFF) {
-    case SQLITE_OK: return 0;
-    case SQLITE_FULL: return -ENOSPC;
-    case SQLITE_NOMEM: return -ENOMEM;
+    case SQLITE_OK:
+      return 0;
+    case SQLITE_FULL:
+      return -ENOSPC;
+    case SQLITE_NOMEM:
+      return -ENOMEM;
     case SQLITE_BUSY:
-    case SQLITE_LOCKED: return -EBUSY;
-    case SQLITE_CONSTRAINT: return -EEXIST;
+    case SQLITE_LOCKED:
+      return -EBUSY;
+    case SQLITE_CONSTRAINT:
+      return -EEXIST;
     case SQLITE_READONLY:
     case SQLITE_PERM:
-    case SQLITE_AUTH: return -EACCES;
-    case SQLITE_CANTOPEN: return -ENOENT;
-    case SQLITE_TOOBIG: return -E2BIG;
+    case SQLITE_AUTH:
+      return -EACCES;
+    case SQLITE_CANTOPEN:
+      return -ENOENT;
+    case SQLITE_TOOBIG:
+      return -E2BIG;
     case SQLITE_ABORT:
-    case SQLITE_INTERRUPT: return -ECANCELED;
-    default: return -EIO;
+    case SQLITE_INTERRUPT:
+      return -ECANCELED;
+    default:
+      return -EIO;
   }
 }
 
@@ -237,6 +265,35 @@ static void settle(sq_store *st, qim_store_req *r, int status) {
 static void post(qim_store_req *r) {
   r->item.run = run_done;
   qim_cq_post(r->cq, &r->item); /* r may be freed from here on */
+}
+
+/*
+ * Posts a batch's completions, one chain per completion queue in batch order: a caller
+ * with several requests in the batch (a message's reserve and advances) is woken once.
+ * Waking dozens of threads is a real share of a batch's time on a busy machine.
+ */
+typedef struct cq_chain {
+  qim_cq *cq;
+  qim_cq_item *first, *last;
+} cq_chain;
+
+static void post_batch(qim_store_req *list, size_t n) {
+  cq_chain stack[64];
+  cq_chain *chains = n <= 64 ? stack : qim_malloc(n * sizeof *chains);
+  size_t k = 0;
+  for (qim_store_req *r = list; r; r = r->next_) {
+    r->item.run = run_done;
+    r->item.next = NULL;
+    size_t i = 0;
+    while (i < k && chains[i].cq != r->cq) i++;
+    if (i == k)
+      chains[k++] = (cq_chain){r->cq, &r->item, &r->item};
+    else
+      chains[i].last = chains[i].last->next = &r->item;
+  }
+  /* From here on any request may be freed by its owner: only the chains are touched. */
+  for (size_t i = 0; i < k; i++) qim_cq_post_chain(chains[i].cq, chains[i].first, chains[i].last);
+  if (chains != stack) qim_free(chains);
 }
 
 /* A storage failure (-errno other than the plain semantic ones) in the op's domain. */
@@ -387,8 +444,8 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
   }
   if (!ok) {
     if (!sqlite3_get_autocommit(c->db)) exec_cached(c, "ROLLBACK");
-    QIM_LOGE(NULL, "store.sqlite.batch_failed", "ops=%zu commit=%d msg=\"%s\"", n,
-             commit_failed, sqlite3_errmsg(c->db));
+    QIM_LOGE(NULL, "store.sqlite.batch_failed", "ops=%zu commit=%d msg=\"%s\"", n, commit_failed,
+             sqlite3_errmsg(c->db));
     fail_batch(list, ran, commit_failed);
   } else {
     atomic_fetch_add(&st->stats.fsyncs, 1);
@@ -396,17 +453,44 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
   atomic_fetch_add(&st->stats.transactions, 1);
   atomic_fetch_add(&st->stats.operations, n);
   atomic_fetch_add(&st->stats.hist[hist_bucket(n)], 1);
-  for (qim_store_req *r = list, *next; r; r = next) {
-    next = r->next_;
-    settle(st, r, r->status);
-    post(r);
-  }
+  for (qim_store_req *r = list; r; r = r->next_) settle(st, r, r->status);
+  post_batch(list, n);
 }
 
-static void idle_checkpoint(sq_store *st) {
+/*
+ * The writer's WAL hook, run after each commit: counts the pages the commit wrote and
+ * checkpoints every CHECKPOINT_FRAMES (it replaces SQLite's own auto-checkpoint, which is
+ * this same hook with 1000). Checkpoints run inside a COMMIT, on the writer's critical
+ * path; 10000 pages (40 MB of WAL) between them measured ~15% more group-commit
+ * throughput than 1000, since a hot page is copied to the database once per checkpoint
+ * rather than once per 1000 frames. The idle TRUNCATE checkpoint still empties the WAL
+ * whenever writes pause.
+ */
+#define CHECKPOINT_FRAMES 10000
+
+static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames) {
+  sq_store *st = ctx;
+  uint64_t before = st->wal_frames;
+  /* Fewer frames than last time: the WAL restarted from its beginning. */
+  atomic_fetch_add(&st->stats.pages,
+                   (uint64_t)frames > before ? (uint64_t)frames - before : (uint64_t)frames);
+  st->wal_frames = (uint64_t)frames;
+  if (frames >= CHECKPOINT_FRAMES) {
+    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  }
+  return SQLITE_OK;
+}
+
+/* True when the WAL was emptied. */
+static bool idle_checkpoint(sq_store *st) {
+  /* TRUNCATE waits for readers through the busy handler; a long read must not hold up the
+   * writer: give up quickly (SQLITE_BUSY) and try again at the next pause. */
+  sqlite3_busy_timeout(st->wconn.db, IDLE_CHECKPOINT_WAIT_MS);
   int rc = sqlite3_wal_checkpoint_v2(st->wconn.db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+  sqlite3_busy_timeout(st->wconn.db, BUSY_TIMEOUT_MS);
   if (rc != SQLITE_OK && rc != SQLITE_BUSY)
     QIM_LOGW(NULL, "store.sqlite.checkpoint", "rc=%d msg=\"%s\"", rc, sqlite3_errmsg(st->wconn.db));
+  return rc == SQLITE_OK;
 }
 
 static void *writer_main(void *arg) {
@@ -415,14 +499,13 @@ static void *writer_main(void *arg) {
   for (;;) {
     qim_store_req *list;
     bool timed_out;
-    size_t n = queue_take(&st->wq, st->opt.max_batch, &list, dirty ? IDLE_CHECKPOINT_MS : -1,
-                          &timed_out);
+    size_t n =
+        queue_take(&st->wq, st->opt.max_batch, &list, dirty ? IDLE_CHECKPOINT_MS : -1, &timed_out);
     if (n) {
       writer_batch(st, list, n);
       dirty = true;
     } else if (timed_out) {
-      idle_checkpoint(st);
-      dirty = false;
+      dirty = !idle_checkpoint(st); /* busy readers: try again at the next pause */
     } else {
       break; /* closing and drained */
     }
@@ -480,8 +563,10 @@ static int submit(qim_store *s, qim_store_req *r, sq_op_id id) {
   return queue_push(st, op->write ? &st->wq : &st->rq, r);
 }
 
-#define SQ_SUBMIT_(E, n, T) \
-  static int submit_##n(qim_store *s, T *r) { return submit(s, r ? &r->req : NULL, SQ_OP_##E); }
+#define SQ_SUBMIT_(E, n, T)                          \
+  static int submit_##n(qim_store *s, T *r) {        \
+    return submit(s, r ? &r->req : NULL, SQ_OP_##E); \
+  }
 SQ_OPS(SQ_SUBMIT_)
 #undef SQ_SUBMIT_
 
@@ -554,6 +639,7 @@ static void store_stats(qim_store *s, qim_store_stats *out) {
       .failed_operations = atomic_load(&st->stats.failed),
       .rejected_backpressure = atomic_load(&st->stats.rejected),
       .reads = atomic_load(&st->stats.reads),
+      .pages_written = atomic_load(&st->stats.pages),
   };
   for (int i = 0; i < 8; i++) out->batch_hist[i] = atomic_load(&st->stats.hist[i]);
 }
@@ -567,8 +653,8 @@ static const qim_store_vtable sqlite_vtable = {
                       submit_member_receipt, submit_subscriptions},
     .intents = {submit_intent_reserve, submit_intent_advance, submit_intent_load,
                 submit_intent_list, submit_intent_forget},
-    .history = {submit_record_get, submit_record_query, submit_record_set_state,
-                submit_dellog_add, submit_dellog_query, submit_record_expire},
+    .history = {submit_record_get, submit_record_query, submit_record_set_state, submit_dellog_add,
+                submit_dellog_query, submit_record_expire},
     .logs = {submit_log_append, submit_log_read, submit_consumer_get, submit_consumer_set,
              submit_log_trim, submit_log_redact},
     .mailboxes = {submit_shard_takeover, submit_shard_get, submit_mailbox_append,
@@ -653,6 +739,7 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
   rc = parse_location(location, st);
   if (rc == 0) rc = conn_open(st, &st->wconn, true);
   if (rc == 0) rc = sq_schema_migrate(&st->wconn, &st->opt.shards);
+  if (rc == 0) sqlite3_wal_hook(st->wconn.db, wal_hook, st);
   if (rc == 0) {
     st->rconns = qim_calloc(st->opt.reader_threads, sizeof *st->rconns);
     for (uint32_t i = 0; rc == 0 && i < st->opt.reader_threads; i++)

@@ -19,9 +19,10 @@
 static int user_create_exec(sq_conn *c, qim_store_req *base) {
   qim_store_user_create_req *r = (void *)base;
   const qim_store_user *u = &r->user;
-  sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO users(tenant, user, public_json, private_json, created_at,"
-                             " updated_at, token_epoch) VALUES(?, ?, ?, ?, ?, ?, ?)");
+  sqlite3_stmt *st =
+      sq_prep(c,
+              "INSERT INTO users(tenant, user, public_json, private_json, created_at,"
+              " updated_at, token_epoch) VALUES(?, ?, ?, ?, ?, ?, ?)");
   if (!st) return sq_last_error(c);
   sq_bind_u128(st, 1, u->tenant_id.v);
   sq_bind_u128(st, 2, u->user_id.v);
@@ -33,8 +34,8 @@ static int user_create_exec(sq_conn *c, qim_store_req *base) {
   return sq_run(c, st); /* -EEXIST when the id is taken */
 }
 
-const sq_op sq_op_user_create = {"accounts.user_create", true, NULL, user_create_exec, NULL,
-                                 ACCOUNT_ERRORS};
+const sq_op sq_op_user_create = {"accounts.user_create", true, NULL,
+                                 user_create_exec,       NULL, ACCOUNT_ERRORS};
 
 static int user_get_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -69,8 +70,8 @@ static int user_get_exec(sq_conn *c, qim_store_req *base) {
   return 0;
 }
 
-const sq_op sq_op_user_get = {"accounts.user_get", false, user_get_prepare, user_get_exec,
-                              user_get_discard, ACCOUNT_ERRORS};
+const sq_op sq_op_user_get = {"accounts.user_get", false,         user_get_prepare, user_get_exec,
+                              user_get_discard,    ACCOUNT_ERRORS};
 
 static int user_update_exec(sq_conn *c, qim_store_req *base) {
   qim_store_user_update_req *r = (void *)base;
@@ -92,8 +93,8 @@ static int user_update_exec(sq_conn *c, qim_store_req *base) {
   return sq_run(c, st); /* finish the statement so the update is complete */
 }
 
-const sq_op sq_op_user_update = {"accounts.user_update", true, NULL, user_update_exec, NULL,
-                                 ACCOUNT_ERRORS};
+const sq_op sq_op_user_update = {"accounts.user_update", true, NULL,
+                                 user_update_exec,       NULL, ACCOUNT_ERRORS};
 
 /* ---- credentials ---------------------------------------------------------------------------- */
 
@@ -118,7 +119,7 @@ static int cred_create_exec(sq_conn *c, qim_store_req *base) {
 }
 
 const sq_op sq_op_cred_create = {"accounts.cred_create", true, cred_create_prepare,
-                                 cred_create_exec, NULL, ACCOUNT_ERRORS};
+                                 cred_create_exec,       NULL, ACCOUNT_ERRORS};
 
 static int cred_get_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -134,8 +135,9 @@ static void cred_get_discard(qim_store_req *base) {
 
 static int cred_get_exec(sq_conn *c, qim_store_req *base) {
   qim_store_cred_get_req *r = (void *)base;
-  sqlite3_stmt *st = sq_prep(c, "SELECT user, secret_hash FROM credentials"
-                                " WHERE tenant=? AND login=?");
+  sqlite3_stmt *st = sq_prep(c,
+                             "SELECT user, secret_hash FROM credentials"
+                             " WHERE tenant=? AND login=?");
   if (!st) return sq_last_error(c);
   sq_bind_u128(st, 1, r->tenant_id.v);
   sq_bind_text(st, 2, r->login);
@@ -148,8 +150,8 @@ static int cred_get_exec(sq_conn *c, qim_store_req *base) {
   return 0;
 }
 
-const sq_op sq_op_cred_get = {"accounts.cred_get", false, cred_get_prepare, cred_get_exec,
-                              cred_get_discard, ACCOUNT_ERRORS};
+const sq_op sq_op_cred_get = {"accounts.cred_get", false,         cred_get_prepare, cred_get_exec,
+                              cred_get_discard,    ACCOUNT_ERRORS};
 
 static int cred_update_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -170,7 +172,7 @@ static int cred_update_exec(sq_conn *c, qim_store_req *base) {
 }
 
 const sq_op sq_op_cred_update = {"accounts.cred_update", true, cred_update_prepare,
-                                 cred_update_exec, NULL, ACCOUNT_ERRORS};
+                                 cred_update_exec,       NULL, ACCOUNT_ERRORS};
 
 /* ---- API keys -------------------------------------------------------------------------------- */
 
@@ -191,8 +193,8 @@ static int apikey_put_exec(sq_conn *c, qim_store_req *base) {
   return sq_run(c, st);
 }
 
-const sq_op sq_op_apikey_put = {"accounts.apikey_put", true, apikey_put_prepare, apikey_put_exec,
-                                NULL, ACCOUNT_ERRORS};
+const sq_op sq_op_apikey_put = {"accounts.apikey_put", true, apikey_put_prepare,
+                                apikey_put_exec,       NULL, ACCOUNT_ERRORS};
 
 static int apikey_get_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -212,4 +214,4 @@ static int apikey_get_exec(sq_conn *c, qim_store_req *base) {
 }
 
 const sq_op sq_op_apikey_get = {"accounts.apikey_get", false, apikey_get_prepare,
-                                apikey_get_exec, NULL, ACCOUNT_ERRORS};
+                                apikey_get_exec,       NULL,  ACCOUNT_ERRORS};

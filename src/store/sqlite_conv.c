@@ -17,10 +17,8 @@
 #include "qim/mem.h"
 #include "store/sqlite_int.h"
 
-#define GROUP_ERRORS \
-  QIM_E_GROUP_UNAVAILABLE, QIM_E_GROUP_UNAVAILABLE, QIM_E_GROUP_UNAVAILABLE
-#define FANOUT_ERRORS \
-  QIM_E_FANOUT_UNAVAILABLE, QIM_E_FANOUT_UNAVAILABLE, QIM_E_FANOUT_UNAVAILABLE
+#define GROUP_ERRORS QIM_E_GROUP_UNAVAILABLE, QIM_E_GROUP_UNAVAILABLE, QIM_E_GROUP_UNAVAILABLE
+#define FANOUT_ERRORS QIM_E_FANOUT_UNAVAILABLE, QIM_E_FANOUT_UNAVAILABLE, QIM_E_FANOUT_UNAVAILABLE
 
 #define MODE_OWNER 0xFFu /* JRWPASDO */
 #define MODE_DIRECT (QIM_MODE_J | QIM_MODE_R | QIM_MODE_W | QIM_MODE_P | QIM_MODE_A)
@@ -32,9 +30,9 @@ static void bind_conv(sqlite3_stmt *st, int first, qim_tenant_id t, qim_conversa
 
 /* ---- reading rows ---------------------------------------------------------------------- */
 
-#define CONV_COLUMNS                                                                      \
-  "c.tenant, c.conv, c.kind, c.owner, c.direct0, c.direct1, c.latest_seq, c.delid,"      \
-  " c.last_activity, c.created_at, c.updated_at, c.touched_at, c.public_json,"           \
+#define CONV_COLUMNS                                                                \
+  "c.tenant, c.conv, c.kind, c.owner, c.direct0, c.direct1, c.latest_seq, c.delid," \
+  " c.last_activity, c.created_at, c.updated_at, c.touched_at, c.public_json,"      \
   " c.mode_auth, c.mode_anon, c.membership_version, c.member_count, c.deleted"
 #define CONV_COLUMN_COUNT 18
 
@@ -60,7 +58,7 @@ static void conv_from_row(sqlite3_stmt *st, int i, qim_store_conversation *out) 
   out->deleted = sqlite3_column_int(st, i + 17) != 0;
 }
 
-#define MEMBER_COLUMNS                                                                    \
+#define MEMBER_COLUMNS                                                                   \
   "m.conv, m.user, m.role, m.mode_want, m.mode_given, m.joined_at, m.left_at, m.banned," \
   " m.read_seq, m.recv_seq, m.clear_delid, m.private_json, m.updated_at"
 
@@ -128,10 +126,11 @@ typedef struct member_ref {
 
 static int shard_count_add(sq_conn *c, const member_ref *m, int delta) {
   qim_mailbox_shard_id shard = qim_shard_of_user(&c->st->opt.shards, m->t, m->user);
-  sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO conv_shards(tenant, conv, shard, members) VALUES(?, ?, ?, ?)"
-                             " ON CONFLICT(tenant, conv, shard) DO UPDATE SET"
-                             " members = members + excluded.members");
+  sqlite3_stmt *st =
+      sq_prep(c,
+              "INSERT INTO conv_shards(tenant, conv, shard, members) VALUES(?, ?, ?, ?)"
+              " ON CONFLICT(tenant, conv, shard) DO UPDATE SET"
+              " members = members + excluded.members");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, m->t, m->conv);
   sqlite3_bind_int64(st, 3, shard);
@@ -179,13 +178,14 @@ static int version_close(sq_conn *c, const member_ref *m, uint64_t v) {
 /* A new or returning member: latest row, version stretch, shard count. */
 static int member_join(sq_conn *c, const member_ref *m, const qim_store_member_change *ch,
                        uint64_t v, qim_conversation_seq pos, uint64_t now) {
-  sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO members(tenant, conv, user, role, mode_want, mode_given,"
-                             " joined_at, left_at, banned, read_seq, recv_seq, clear_delid,"
-                             " updated_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, 0, ?7, ?7, 0, ?8)"
-                             " ON CONFLICT(tenant, conv, user) DO UPDATE SET role=?4, mode_want=?5,"
-                             " mode_given=?6, joined_at=?7, left_at=NULL, banned=0, read_seq=?7,"
-                             " recv_seq=?7, updated_at=?8");
+  sqlite3_stmt *st =
+      sq_prep(c,
+              "INSERT INTO members(tenant, conv, user, role, mode_want, mode_given,"
+              " joined_at, left_at, banned, read_seq, recv_seq, clear_delid,"
+              " updated_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, 0, ?7, ?7, 0, ?8)"
+              " ON CONFLICT(tenant, conv, user) DO UPDATE SET role=?4, mode_want=?5,"
+              " mode_given=?6, joined_at=?7, left_at=NULL, banned=0, read_seq=?7,"
+              " recv_seq=?7, updated_at=?8");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, m->t, m->conv);
   sq_bind_u128(st, 3, m->user.v);
@@ -216,13 +216,14 @@ static int insert_conv(sq_conn *c, const qim_store_conv_create_req *r, uint32_t 
   const qim_store_conversation *cv = &r->conv;
   bool group = cv->kind == QIM_CONVERSATION_GROUP;
   qim_u128 zero = {0, 0};
-  sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO conversations(tenant, conv, kind, owner, direct0, direct1,"
-                             " latest_seq, next_order, delid, last_activity, created_at, updated_at,"
-                             " touched_at, public_json, mode_auth, mode_anon, membership_version,"
-                             " member_count, deleted)"
-                             " VALUES(?1, ?2, ?3, ?4, ?5, ?6, 0, 0, 0, ?7, ?8, ?8, ?8, ?9, ?10, ?11,"
-                             " 1, ?12, 0)");
+  sqlite3_stmt *st =
+      sq_prep(c,
+              "INSERT INTO conversations(tenant, conv, kind, owner, direct0, direct1,"
+              " latest_seq, next_order, delid, last_activity, created_at, updated_at,"
+              " touched_at, public_json, mode_auth, mode_anon, membership_version,"
+              " member_count, deleted)"
+              " VALUES(?1, ?2, ?3, ?4, ?5, ?6, 0, 0, 0, ?7, ?8, ?8, ?8, ?9, ?10, ?11,"
+              " 1, ?12, 0)");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, cv->tenant_id, cv->conversation_id);
   sqlite3_bind_int(st, 3, (int)cv->kind);
@@ -261,7 +262,7 @@ static int conv_create_exec(sq_conn *c, qim_store_req *base) {
 }
 
 const sq_op sq_op_conv_create = {"conversations.create", true, conv_create_prepare,
-                                 conv_create_exec, NULL, GROUP_ERRORS};
+                                 conv_create_exec,       NULL, GROUP_ERRORS};
 
 static int conv_get_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -277,7 +278,8 @@ static void conv_get_discard(qim_store_req *base) {
 
 static int conv_get_exec(sq_conn *c, qim_store_req *base) {
   qim_store_conv_get_req *r = (void *)base;
-  sqlite3_stmt *st = sq_prep(c, "SELECT " CONV_COLUMNS " FROM conversations c"
+  sqlite3_stmt *st = sq_prep(c, "SELECT " CONV_COLUMNS
+                                " FROM conversations c"
                                 " WHERE c.tenant=? AND c.conv=?");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, r->tenant_id, r->conversation_id);
@@ -287,8 +289,8 @@ static int conv_get_exec(sq_conn *c, qim_store_req *base) {
   return 0;
 }
 
-const sq_op sq_op_conv_get = {"conversations.get", false, conv_get_prepare, conv_get_exec,
-                              conv_get_discard, GROUP_ERRORS};
+const sq_op sq_op_conv_get = {"conversations.get", false,       conv_get_prepare, conv_get_exec,
+                              conv_get_discard,    GROUP_ERRORS};
 
 static int conv_update_exec(sq_conn *c, qim_store_req *base) {
   qim_store_conv_update_req *r = (void *)base;
@@ -305,8 +307,8 @@ static int conv_update_exec(sq_conn *c, qim_store_req *base) {
   return sq_changes(c) ? 0 : -ENOENT;
 }
 
-const sq_op sq_op_conv_update = {"conversations.update", true, NULL, conv_update_exec, NULL,
-                                 GROUP_ERRORS};
+const sq_op sq_op_conv_update = {"conversations.update", true, NULL,
+                                 conv_update_exec,       NULL, GROUP_ERRORS};
 
 /* ---- members_change ------------------------------------------------------------------------- */
 
@@ -339,7 +341,7 @@ typedef struct change_ctx {
   uint64_t version;              /* the new membership version */
   qim_conversation_seq position; /* latest_seq: joined_at / left_at */
   uint64_t now;
-  int64_t count;                 /* current members, as changes apply */
+  int64_t count; /* current members, as changes apply */
 } change_ctx;
 
 static int member_leave(sq_conn *c, const member_ref *m, bool ban, change_ctx *x) {
@@ -373,9 +375,10 @@ static int member_ban_former(sq_conn *c, const member_ref *m, uint64_t now) {
 
 static int member_modify(sq_conn *c, const member_ref *m, const qim_store_member_change *ch,
                          const member_state *ms, change_ctx *x) {
-  sqlite3_stmt *st = sq_prep(c,
-                             "UPDATE members SET role=?4, mode_want=?5, mode_given=?6, updated_at=?7"
-                             " WHERE tenant=?1 AND conv=?2 AND user=?3");
+  sqlite3_stmt *st =
+      sq_prep(c,
+              "UPDATE members SET role=?4, mode_want=?5, mode_given=?6, updated_at=?7"
+              " WHERE tenant=?1 AND conv=?2 AND user=?3");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, m->t, m->conv);
   sq_bind_u128(st, 3, m->user.v);
@@ -424,9 +427,10 @@ static int members_change_prepare(const sq_store *st, qim_store_req *base) {
 
 static int members_change_exec(sq_conn *c, qim_store_req *base) {
   qim_store_members_change_req *r = (void *)base;
-  sqlite3_stmt *st = sq_prep(c,
-                             "SELECT latest_seq, membership_version, member_count FROM conversations"
-                             " WHERE tenant=? AND conv=? AND NOT deleted");
+  sqlite3_stmt *st =
+      sq_prep(c,
+              "SELECT latest_seq, membership_version, member_count FROM conversations"
+              " WHERE tenant=? AND conv=? AND NOT deleted");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, r->tenant_id, r->conversation_id);
   int rc = sq_step(c, st);
@@ -455,8 +459,12 @@ static int members_change_exec(sq_conn *c, qim_store_req *base) {
   return 0;
 }
 
-const sq_op sq_op_members_change = {"conversations.members_change", true, members_change_prepare,
-                                    members_change_exec, NULL, GROUP_ERRORS};
+const sq_op sq_op_members_change = {"conversations.members_change",
+                                    true,
+                                    members_change_prepare,
+                                    members_change_exec,
+                                    NULL,
+                                    GROUP_ERRORS};
 
 /* ---- member reads ---------------------------------------------------------------------------- */
 
@@ -474,7 +482,8 @@ static void member_get_discard(qim_store_req *base) {
 
 static int member_get_exec(sq_conn *c, qim_store_req *base) {
   qim_store_member_get_req *r = (void *)base;
-  sqlite3_stmt *st = sq_prep(c, "SELECT " MEMBER_COLUMNS " FROM members m"
+  sqlite3_stmt *st = sq_prep(c, "SELECT " MEMBER_COLUMNS
+                                " FROM members m"
                                 " WHERE m.tenant=? AND m.conv=? AND m.user=?");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, r->tenant_id, r->conversation_id);
@@ -485,8 +494,9 @@ static int member_get_exec(sq_conn *c, qim_store_req *base) {
   return 0;
 }
 
-const sq_op sq_op_member_get = {"conversations.member_get", false, member_get_prepare,
-                                member_get_exec, member_get_discard, GROUP_ERRORS};
+const sq_op sq_op_member_get = {"conversations.member_get", false,
+                                member_get_prepare,         member_get_exec,
+                                member_get_discard,         GROUP_ERRORS};
 
 static int members_at_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -506,8 +516,9 @@ static void members_at_discard(qim_store_req *base) {
 }
 
 static int current_version(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, uint64_t *out) {
-  sqlite3_stmt *st = sq_prep(c, "SELECT membership_version FROM conversations"
-                                " WHERE tenant=? AND conv=?");
+  sqlite3_stmt *st = sq_prep(c,
+                             "SELECT membership_version FROM conversations"
+                             " WHERE tenant=? AND conv=?");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, t, conv);
   int rc = sq_step(c, st);
@@ -555,10 +566,12 @@ static int members_at_exec(sq_conn *c, qim_store_req *base) {
   return rc < 0 ? rc : 0;
 }
 
-const sq_op sq_op_members_at = {"conversations.members_at", false, members_at_prepare,
-                                members_at_exec, members_at_discard, FANOUT_ERRORS};
+const sq_op sq_op_members_at = {"conversations.members_at", false,
+                                members_at_prepare,         members_at_exec,
+                                members_at_discard,         FANOUT_ERRORS};
 
-/* ---- receipts ------------------------------------------------------------------------------------ */
+/* ---- receipts
+ * ------------------------------------------------------------------------------------ */
 
 static int member_receipt_exec(sq_conn *c, qim_store_req *base) {
   qim_store_member_receipt_req *r = (void *)base;
@@ -590,10 +603,11 @@ static int member_receipt_exec(sq_conn *c, qim_store_req *base) {
   return sq_run(c, st);
 }
 
-const sq_op sq_op_member_receipt = {"conversations.member_receipt", true, NULL,
-                                    member_receipt_exec, NULL, GROUP_ERRORS};
+const sq_op sq_op_member_receipt = {
+    "conversations.member_receipt", true, NULL, member_receipt_exec, NULL, GROUP_ERRORS};
 
-/* ---- subscriptions -------------------------------------------------------------------------------- */
+/* ---- subscriptions
+ * -------------------------------------------------------------------------------- */
 
 /* The cursor is the (last_activity_id, conversation_id) of the page's last row. */
 #define SUB_CURSOR_LEN 32
@@ -636,7 +650,8 @@ static void make_cursor(qim_store_subscriptions_req *r) {
 static int subscriptions_exec(sq_conn *c, qim_store_req *base) {
   qim_store_subscriptions_req *r = (void *)base;
   bool first = r->cursor.bytes.n == 0;
-  sqlite3_stmt *st = sq_prep(c, "SELECT " MEMBER_COLUMNS ", " CONV_COLUMNS " FROM members m"
+  sqlite3_stmt *st = sq_prep(c, "SELECT " MEMBER_COLUMNS ", " CONV_COLUMNS
+                                " FROM members m"
                                 " JOIN conversations c ON c.tenant=m.tenant AND c.conv=m.conv"
                                 " WHERE m.tenant=?1 AND m.user=?2"
                                 " AND (?3 OR (c.last_activity, c.conv) < (?4, ?5))"
@@ -670,5 +685,6 @@ static int subscriptions_exec(sq_conn *c, qim_store_req *base) {
   return 0;
 }
 
-const sq_op sq_op_subscriptions = {"conversations.subscriptions", false, subscriptions_prepare,
-                                   subscriptions_exec, subscriptions_discard, GROUP_ERRORS};
+const sq_op sq_op_subscriptions = {"conversations.subscriptions", false,
+                                   subscriptions_prepare,         subscriptions_exec,
+                                   subscriptions_discard,         GROUP_ERRORS};

@@ -58,8 +58,9 @@ static void record_get_discard(qim_store_req *base) {
 
 static int record_get_exec(sq_conn *c, qim_store_req *base) {
   qim_store_record_get_req *r = (void *)base;
-  sqlite3_stmt *st = sq_prep(c, "SELECT state, body FROM records WHERE tenant=? AND conv=?"
-                                " AND seq=?");
+  sqlite3_stmt *st = sq_prep(c,
+                             "SELECT state, body FROM records WHERE tenant=? AND conv=?"
+                             " AND seq=?");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, r->tenant_id, r->conversation_id);
   sq_bind_u64(st, 3, r->seq);
@@ -68,8 +69,8 @@ static int record_get_exec(sq_conn *c, qim_store_req *base) {
   return decode_record(st, 0, 1, &r->out);
 }
 
-const sq_op sq_op_record_get = {"history.get", false, record_get_prepare, record_get_exec,
-                                record_get_discard, HISTORY_ERRORS};
+const sq_op sq_op_record_get = {
+    "history.get", false, record_get_prepare, record_get_exec, record_get_discard, HISTORY_ERRORS};
 
 /* ---- query -------------------------------------------------------------------------------- */
 
@@ -100,7 +101,7 @@ static int cmp_range(const void *a, const void *b) {
 /* The query's seq intervals [low, hi): the ranges (or everything) clipped to the window
  * (window_low, window_high], sorted and merged. Returns the count. */
 static size_t query_intervals(const qim_store_record_query_req *r, qim_store_seq_range **out) {
-  uint64_t lo = r->window_low + 1;
+  uint64_t lo = r->window_low >= (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : r->window_low + 1;
   uint64_t hi = r->window_high >= (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : r->window_high + 1;
   size_t n = r->range_count ? r->range_count : 1;
   qim_store_seq_range *v = qim_malloc(n * sizeof *v);
@@ -153,10 +154,10 @@ static int query_take(qim_store_record_query_req *r, sqlite3_stmt *st, query_acc
 static int query_interval(sq_conn *c, qim_store_record_query_req *r, qim_store_seq_range iv,
                           query_acc *acc) {
   bool older = r->direction == QIM_HISTORY_DIRECTION_OLDER;
-#define QUERY_SQL(order)                                                                    \
-  "SELECT state, size, body FROM records r WHERE tenant=?1 AND conv=?2 AND seq >= ?3"       \
+#define QUERY_SQL(order)                                                                     \
+  "SELECT state, size, body FROM records r WHERE tenant=?1 AND conv=?2 AND seq >= ?3"        \
   " AND seq < ?4 AND (?5 = 0 OR state NOT IN (1, 3)) AND NOT EXISTS (SELECT 1 FROM dellog d" \
-  " WHERE d.tenant=?1 AND d.conv=?2 AND d.for_user=?6 AND d.low <= r.seq AND d.hi > r.seq)" \
+  " WHERE d.tenant=?1 AND d.conv=?2 AND d.for_user=?6 AND d.low <= r.seq AND d.hi > r.seq)"  \
   " ORDER BY seq " order
   sqlite3_stmt *st = sq_prep(c, older ? QUERY_SQL("DESC") : QUERY_SQL("ASC"));
 #undef QUERY_SQL
@@ -185,16 +186,19 @@ static int record_query_exec(sq_conn *c, qim_store_req *base) {
   return rc;
 }
 
-const sq_op sq_op_record_query = {"history.query", false, record_query_prepare, record_query_exec,
+const sq_op sq_op_record_query = {"history.query",      false,
+                                  record_query_prepare, record_query_exec,
                                   record_query_discard, HISTORY_ERRORS};
 
 /* ---- state changes and wiping --------------------------------------------------------------- */
 
 /* Sets one record's state; with `wipe` its content goes everywhere the store holds it. */
 static int change_record(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
-                         qim_conversation_seq seq, qim_message_state state, bool wipe, uint64_t now) {
-  sqlite3_stmt *st = sq_prep(c, "SELECT state, body, sender, cmid FROM records"
-                                " WHERE tenant=? AND conv=? AND seq=?");
+                         qim_conversation_seq seq, qim_message_state state, bool wipe,
+                         uint64_t now) {
+  sqlite3_stmt *st = sq_prep(c,
+                             "SELECT state, body, sender, cmid FROM records"
+                             " WHERE tenant=? AND conv=? AND seq=?");
   if (!st) return sq_last_error(c);
   bind_conv(st, 1, t, conv);
   sq_bind_u64(st, 3, seq);
@@ -241,8 +245,8 @@ static int set_state_exec(sq_conn *c, qim_store_req *base) {
   return change_record(c, r->tenant_id, r->conversation_id, r->seq, r->state, r->wipe_body, r->now);
 }
 
-const sq_op sq_op_record_set_state = {"history.set_state", true, set_state_prepare, set_state_exec,
-                                      NULL, HISTORY_ERRORS};
+const sq_op sq_op_record_set_state = {"history.set_state", true, set_state_prepare,
+                                      set_state_exec,      NULL, HISTORY_ERRORS};
 
 static int expire_exec(sq_conn *c, qim_store_req *base) {
   qim_store_record_expire_req *r = (void *)base;
@@ -254,7 +258,10 @@ static int expire_exec(sq_conn *c, qim_store_req *base) {
   sqlite3_bind_int(st, 2, (int)r->retention_class);
   sq_bind_u64(st, 3, r->before);
   /* Collect first: change_record rewrites rows of the table being scanned. */
-  typedef struct { qim_conversation_id conv; qim_conversation_seq seq; } victim;
+  typedef struct {
+    qim_conversation_id conv;
+    qim_conversation_seq seq;
+  } victim;
   victim *v = NULL;
   size_t n = 0, cap = 0;
   int rc;
@@ -296,8 +303,9 @@ static int dellog_bump(sq_conn *c, const qim_store_dellog_add_req *r, uint64_t *
 }
 
 static int dellog_clear(sq_conn *c, const qim_store_dellog_add_req *r, uint64_t delid) {
-  sqlite3_stmt *st = sq_prep(c, "UPDATE members SET clear_delid=? WHERE tenant=? AND conv=?"
-                                " AND user=?");
+  sqlite3_stmt *st = sq_prep(c,
+                             "UPDATE members SET clear_delid=? WHERE tenant=? AND conv=?"
+                             " AND user=?");
   if (!st) return sq_last_error(c);
   sq_bind_u64(st, 1, delid);
   bind_conv(st, 2, r->tenant_id, r->conversation_id);
@@ -313,8 +321,9 @@ static int dellog_add_exec(sq_conn *c, qim_store_req *base) {
   int rc = dellog_bump(c, r, &delid);
   if (rc == 0 && r->has_for_user) rc = dellog_clear(c, r, delid);
   if (rc) return rc;
-  sqlite3_stmt *st = sq_prep(c, "INSERT INTO dellog(tenant, conv, delid, for_user, low, hi)"
-                                " VALUES(?, ?, ?, ?, ?, ?)");
+  sqlite3_stmt *st = sq_prep(c,
+                             "INSERT INTO dellog(tenant, conv, delid, for_user, low, hi)"
+                             " VALUES(?, ?, ?, ?, ?, ?)");
   if (!st) return sq_last_error(c);
   for (size_t i = 0; i < r->range_count; i++) {
     sqlite3_reset(st);
@@ -332,8 +341,8 @@ static int dellog_add_exec(sq_conn *c, qim_store_req *base) {
   return 0;
 }
 
-const sq_op sq_op_dellog_add = {"history.dellog_add", true, dellog_add_prepare, dellog_add_exec,
-                                NULL, HISTORY_ERRORS};
+const sq_op sq_op_dellog_add = {"history.dellog_add", true, dellog_add_prepare,
+                                dellog_add_exec,      NULL, HISTORY_ERRORS};
 
 static int dellog_query_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -372,11 +381,13 @@ static int dellog_query_exec(sq_conn *c, qim_store_req *base) {
   size_t cap = 0;
   while ((rc = sq_step(c, st)) == 1) {
     if (r->out_count == cap)
-      r->out_ranges = qim_realloc(r->out_ranges, (cap = cap ? cap * 2 : 16) * sizeof *r->out_ranges);
+      r->out_ranges =
+          qim_realloc(r->out_ranges, (cap = cap ? cap * 2 : 16) * sizeof *r->out_ranges);
     r->out_ranges[r->out_count++] = (qim_store_seq_range){sq_col_u64(st, 0), sq_col_u64(st, 1)};
   }
   return rc;
 }
 
-const sq_op sq_op_dellog_query = {"history.dellog_query", false, dellog_query_prepare,
-                                  dellog_query_exec, dellog_query_discard, HISTORY_ERRORS};
+const sq_op sq_op_dellog_query = {"history.dellog_query", false,
+                                  dellog_query_prepare,   dellog_query_exec,
+                                  dellog_query_discard,   HISTORY_ERRORS};

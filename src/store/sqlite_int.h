@@ -24,53 +24,53 @@
 #include "store/store.h"
 
 /* Every operation of the backend: X(ENUM, name, request type). */
-#define SQ_OPS(X)                                                  \
-  X(USER_CREATE, user_create, qim_store_user_create_req)           \
-  X(USER_GET, user_get, qim_store_user_get_req)                    \
-  X(USER_UPDATE, user_update, qim_store_user_update_req)           \
-  X(CRED_CREATE, cred_create, qim_store_cred_create_req)           \
-  X(CRED_GET, cred_get, qim_store_cred_get_req)                    \
-  X(CRED_UPDATE, cred_update, qim_store_cred_update_req)           \
-  X(APIKEY_PUT, apikey_put, qim_store_apikey_put_req)              \
-  X(APIKEY_GET, apikey_get, qim_store_apikey_get_req)              \
-  X(CONV_CREATE, conv_create, qim_store_conv_create_req)           \
-  X(CONV_GET, conv_get, qim_store_conv_get_req)                    \
-  X(CONV_UPDATE, conv_update, qim_store_conv_update_req)           \
-  X(MEMBERS_CHANGE, members_change, qim_store_members_change_req)  \
-  X(MEMBER_GET, member_get, qim_store_member_get_req)              \
-  X(MEMBERS_AT, members_at, qim_store_members_at_req)              \
-  X(MEMBER_RECEIPT, member_receipt, qim_store_member_receipt_req)  \
-  X(SUBSCRIPTIONS, subscriptions, qim_store_subscriptions_req)     \
-  X(INTENT_RESERVE, intent_reserve, qim_store_intent_reserve_req)  \
-  X(INTENT_ADVANCE, intent_advance, qim_store_intent_advance_req)  \
-  X(INTENT_LOAD, intent_load, qim_store_intent_load_req)           \
-  X(INTENT_LIST, intent_list, qim_store_intent_list_req)           \
-  X(INTENT_FORGET, intent_forget, qim_store_intent_forget_req)     \
-  X(RECORD_GET, record_get, qim_store_record_get_req)              \
-  X(RECORD_QUERY, record_query, qim_store_record_query_req)        \
+#define SQ_OPS(X)                                                       \
+  X(USER_CREATE, user_create, qim_store_user_create_req)                \
+  X(USER_GET, user_get, qim_store_user_get_req)                         \
+  X(USER_UPDATE, user_update, qim_store_user_update_req)                \
+  X(CRED_CREATE, cred_create, qim_store_cred_create_req)                \
+  X(CRED_GET, cred_get, qim_store_cred_get_req)                         \
+  X(CRED_UPDATE, cred_update, qim_store_cred_update_req)                \
+  X(APIKEY_PUT, apikey_put, qim_store_apikey_put_req)                   \
+  X(APIKEY_GET, apikey_get, qim_store_apikey_get_req)                   \
+  X(CONV_CREATE, conv_create, qim_store_conv_create_req)                \
+  X(CONV_GET, conv_get, qim_store_conv_get_req)                         \
+  X(CONV_UPDATE, conv_update, qim_store_conv_update_req)                \
+  X(MEMBERS_CHANGE, members_change, qim_store_members_change_req)       \
+  X(MEMBER_GET, member_get, qim_store_member_get_req)                   \
+  X(MEMBERS_AT, members_at, qim_store_members_at_req)                   \
+  X(MEMBER_RECEIPT, member_receipt, qim_store_member_receipt_req)       \
+  X(SUBSCRIPTIONS, subscriptions, qim_store_subscriptions_req)          \
+  X(INTENT_RESERVE, intent_reserve, qim_store_intent_reserve_req)       \
+  X(INTENT_ADVANCE, intent_advance, qim_store_intent_advance_req)       \
+  X(INTENT_LOAD, intent_load, qim_store_intent_load_req)                \
+  X(INTENT_LIST, intent_list, qim_store_intent_list_req)                \
+  X(INTENT_FORGET, intent_forget, qim_store_intent_forget_req)          \
+  X(RECORD_GET, record_get, qim_store_record_get_req)                   \
+  X(RECORD_QUERY, record_query, qim_store_record_query_req)             \
   X(RECORD_SET_STATE, record_set_state, qim_store_record_set_state_req) \
-  X(DELLOG_ADD, dellog_add, qim_store_dellog_add_req)              \
-  X(DELLOG_QUERY, dellog_query, qim_store_dellog_query_req)        \
-  X(RECORD_EXPIRE, record_expire, qim_store_record_expire_req)     \
-  X(LOG_APPEND, log_append, qim_store_log_append_req)              \
-  X(LOG_READ, log_read, qim_store_log_read_req)                    \
-  X(CONSUMER_GET, consumer_get, qim_store_log_consumer_get_req)    \
-  X(CONSUMER_SET, consumer_set, qim_store_log_consumer_set_req)    \
-  X(LOG_TRIM, log_trim, qim_store_log_trim_req)                    \
-  X(LOG_REDACT, log_redact, qim_store_log_redact_req)              \
-  X(SHARD_TAKEOVER, shard_takeover, qim_store_shard_takeover_req)  \
-  X(SHARD_GET, shard_get, qim_store_shard_get_req)                 \
-  X(MAILBOX_APPEND, mailbox_append, qim_store_mailbox_append_req)  \
-  X(PROGRESS_GET, progress_get, qim_store_progress_get_req)        \
-  X(MAILBOX_RANGE, mailbox_range, qim_store_mailbox_range_req)     \
-  X(WATERMARK_GET, watermark_get, qim_store_watermark_get_req)     \
+  X(DELLOG_ADD, dellog_add, qim_store_dellog_add_req)                   \
+  X(DELLOG_QUERY, dellog_query, qim_store_dellog_query_req)             \
+  X(RECORD_EXPIRE, record_expire, qim_store_record_expire_req)          \
+  X(LOG_APPEND, log_append, qim_store_log_append_req)                   \
+  X(LOG_READ, log_read, qim_store_log_read_req)                         \
+  X(CONSUMER_GET, consumer_get, qim_store_log_consumer_get_req)         \
+  X(CONSUMER_SET, consumer_set, qim_store_log_consumer_set_req)         \
+  X(LOG_TRIM, log_trim, qim_store_log_trim_req)                         \
+  X(LOG_REDACT, log_redact, qim_store_log_redact_req)                   \
+  X(SHARD_TAKEOVER, shard_takeover, qim_store_shard_takeover_req)       \
+  X(SHARD_GET, shard_get, qim_store_shard_get_req)                      \
+  X(MAILBOX_APPEND, mailbox_append, qim_store_mailbox_append_req)       \
+  X(PROGRESS_GET, progress_get, qim_store_progress_get_req)             \
+  X(MAILBOX_RANGE, mailbox_range, qim_store_mailbox_range_req)          \
+  X(WATERMARK_GET, watermark_get, qim_store_watermark_get_req)          \
   X(WATERMARK_ADVANCE, watermark_advance, qim_store_watermark_advance_req)
 
 typedef enum sq_op_id {
 #define SQ_ENUM_(E, n, T) SQ_OP_##E,
   SQ_OPS(SQ_ENUM_)
 #undef SQ_ENUM_
-  SQ_OP_COUNT
+      SQ_OP_COUNT
 } sq_op_id;
 
 typedef struct sq_store sq_store;
@@ -83,6 +83,7 @@ typedef struct sq_conn {
   size_t slot_cap, slot_n;
   sqlite3_stmt *used[32]; /* statements handed out during the current operation */
   size_t used_n;
+  bool used_overflow; /* more than fit in used[]: reset the whole cache */
 } sq_conn;
 
 /*
@@ -98,7 +99,7 @@ typedef struct sq_op {
    * request failed before it ran owns nothing; NULL = nothing to check. */
   int (*prepare)(const sq_store *st, qim_store_req *r);
   int (*exec)(sq_conn *c, qim_store_req *r);
-  void (*discard)(qim_store_req *r);        /* frees outputs of a failed op; NULL = none */
+  void (*discard)(qim_store_req *r); /* frees outputs of a failed op; NULL = none */
   int unavailable, aborted, not_durable;
 } sq_op;
 
@@ -126,8 +127,9 @@ struct sq_store {
   uint32_t reader_count;
   sq_conn wconn;
   sq_conn *rconns;
+  uint64_t wal_frames; /* WAL size after the last commit (writer thread only) */
   struct {
-    _Atomic uint64_t operations, transactions, fsyncs, failed, rejected, reads;
+    _Atomic uint64_t operations, transactions, fsyncs, failed, rejected, reads, pages;
     _Atomic uint64_t hist[8];
   } stats;
 };
@@ -147,13 +149,18 @@ int sq_step(sq_conn *c, sqlite3_stmt *st);
 /* Steps a statement that returns no rows: 0 or -errno. */
 int sq_run(sq_conn *c, sqlite3_stmt *st);
 /* Rows changed by the last statement. */
-static inline int sq_changes(sq_conn *c) { return sqlite3_changes(c->db); }
+static inline int sq_changes(sq_conn *c) {
+  return sqlite3_changes(c->db);
+}
 
 /* Binding and reading ids: 16-byte big-endian blobs, so they sort like the numbers. */
 void sq_bind_u128(sqlite3_stmt *st, int i, qim_u128 v);
 void sq_bind_id16(sqlite3_stmt *st, int i, const uint8_t b[16]);
+/* SQLite integers are signed: a u64 above 2^63-1 is bound as 2^63-1. No quantity the
+ * store keeps gets there (seqs, offsets, mailbox seqs, millis), and for a bound in a query
+ * (up_to_seq = UINT64_MAX, "everything") the clamped value means the same. */
 static inline void sq_bind_u64(sqlite3_stmt *st, int i, uint64_t v) {
-  sqlite3_bind_int64(st, i, (sqlite3_int64)v);
+  sqlite3_bind_int64(st, i, v > (uint64_t)INT64_MAX ? INT64_MAX : (sqlite3_int64)v);
 }
 /* NULL binds SQL NULL. */
 void sq_bind_text(sqlite3_stmt *st, int i, const char *s);
@@ -174,8 +181,7 @@ static inline int64_t sq_stream_id(qim_log_stream s) {
 }
 /* Validation shared by the log and mailbox operations. */
 static inline bool sq_stream_valid(qim_log_stream s) {
-  return s.kind == QIM_LOG_STREAM_OUTBOX ||
-         s.kind == QIM_LOG_STREAM_MAILBOX_DISPATCH;
+  return s.kind == QIM_LOG_STREAM_OUTBOX || s.kind == QIM_LOG_STREAM_MAILBOX_DISPATCH;
 }
 
 /* Sentinel "open" end of a versioned membership row. */
@@ -200,8 +206,8 @@ void sq_content_wipe(qim_message_content *content);
 int sq_conv_target_shards(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
                           qim_mailbox_shard_id **out, size_t *count);
 /* sqlite_conv.c: true when `user` is a current member of the conversation. */
-int sq_member_is_current(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
-                         qim_user_id user, bool *out);
+int sq_member_is_current(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, qim_user_id user,
+                         bool *out);
 
 /* sqlite.c: schema creation and migrations on the writer connection. */
 int sq_schema_migrate(sq_conn *c, const qim_shard_config *shards);

@@ -47,7 +47,8 @@ static int content_hash(const qim_commit_intent *p, uint8_t out[32]) {
   return 0;
 }
 
-static int decode_intent(sqlite3_stmt *st, int col, qim_commit_state state, qim_commit_intent *out) {
+static int decode_intent(sqlite3_stmt *st, int col, qim_commit_state state,
+                         qim_commit_intent *out) {
   const void *p = sqlite3_column_blob(st, col);
   int rc = qim_commit_intent_decode(p, (size_t)sqlite3_column_bytes(st, col), out);
   if (rc) return qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION);
@@ -59,8 +60,15 @@ static int decode_intent(sqlite3_stmt *st, int col, qim_commit_state state, qim_
 #define INTENT_COLUMNS \
   "state, body, message_id, conv, seq, last_activity, ord, outbox_offset, content_hash"
 enum {
-  COL_STATE, COL_BODY, COL_MESSAGE_ID, COL_CONV, COL_SEQ, COL_LAST_ACTIVITY, COL_ORD,
-  COL_OUTBOX, COL_HASH
+  COL_STATE,
+  COL_BODY,
+  COL_MESSAGE_ID,
+  COL_CONV,
+  COL_SEQ,
+  COL_LAST_ACTIVITY,
+  COL_ORD,
+  COL_OUTBOX,
+  COL_HASH
 };
 
 static qim_committed_message committed_from_row(sqlite3_stmt *st, const qim_commit_key *k) {
@@ -75,7 +83,8 @@ static qim_committed_message committed_from_row(sqlite3_stmt *st, const qim_comm
 
 /* Looks the key up: 1 = found with the statement on its row, 0 = absent, <0 = error. */
 static int find_intent(sq_conn *c, const qim_commit_key *k, sqlite3_stmt **out) {
-  sqlite3_stmt *st = sq_prep(c, "SELECT " INTENT_COLUMNS " FROM intents"
+  sqlite3_stmt *st = sq_prep(c, "SELECT " INTENT_COLUMNS
+                                " FROM intents"
                                 " WHERE tenant=? AND sender=? AND cmid=?");
   if (!st) return sq_last_error(c);
   bind_key(st, 1, k);
@@ -204,8 +213,8 @@ static int reserve_fresh(sq_conn *c, qim_store_intent_reserve_req *r, const uint
   bool control = p->record.content.message_type == QIM_MESSAGE_TYPE_CONTROL;
   if (!control) { /* a Control message is the system speaking, e.g. about a leaver */
     bool member;
-    rc = sq_member_is_current(c, p->key.tenant_id, p->coordinates.conversation_id,
-                              p->key.sender_id, &member);
+    rc = sq_member_is_current(c, p->key.tenant_id, p->coordinates.conversation_id, p->key.sender_id,
+                              &member);
     if (rc) return rc;
     if (!member) return qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED);
   }
@@ -237,8 +246,8 @@ static int reserve_exec(sq_conn *c, qim_store_req *base) {
   return rc ? reserve_existing(r, st, hash) : reserve_fresh(c, r, hash);
 }
 
-const sq_op sq_op_intent_reserve = {"intents.reserve", true, reserve_prepare, reserve_exec,
-                                    reserve_discard, INTENT_ERRORS};
+const sq_op sq_op_intent_reserve = {"intents.reserve", true,         reserve_prepare, reserve_exec,
+                                    reserve_discard,   INTENT_ERRORS};
 
 /* ---- advance ------------------------------------------------------------------------------ */
 
@@ -272,8 +281,9 @@ static int step_recorded(sq_conn *c, const qim_commit_intent *in) {
     sqlite3_bind_int(st, 9, (int)rec->retention_class);
     sq_bind_u64(st, 10, rec->created_at);
     sq_bind_u64(st, 11, rec->created_at);
-    sq_bind_u64(st, 12, rec->content.payload_or_ciphertext.n +
-                            (rec->content.has_media_metadata ? rec->content.media_metadata.n : 0));
+    sq_bind_u64(st, 12,
+                rec->content.payload_or_ciphertext.n +
+                    (rec->content.has_media_metadata ? rec->content.media_metadata.n : 0));
     sq_bind_blob(st, 13, body.p, body.n);
     rc = sq_run(c, st);
   } else {
@@ -284,11 +294,12 @@ static int step_recorded(sq_conn *c, const qim_commit_intent *in) {
   return rc == -EEXIST ? qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION) : rc;
 }
 
-/* Per-conversation order into the outbox: nothing before us may still be unpublished. */
+/* Per-conversation order into the outbox: nothing before us may still be unpublished.
+ * ("state < 3" repeats the partial index's condition so SQLite can use that index.) */
 static int check_predecessors(sq_conn *c, const qim_commit_intent *in, uint64_t order) {
   sqlite3_stmt *st = sq_prep(c,
-                             "SELECT 1 FROM intents WHERE tenant=?1 AND conv=?2 AND state < 2"
-                             " AND (seq < ?3 OR (seq = ?3 AND ord < ?4)) LIMIT 1");
+                             "SELECT 1 FROM intents WHERE tenant=?1 AND conv=?2 AND state < 3"
+                             " AND state < 2 AND (seq, ord) < (?3, ?4) LIMIT 1");
   if (!st) return sq_last_error(c);
   sq_bind_u128(st, 1, in->key.tenant_id.v);
   sq_bind_u128(st, 2, in->coordinates.conversation_id.v);
@@ -364,8 +375,8 @@ static int advance_exec(sq_conn *c, qim_store_req *base) {
   return advance_step(c, r, row);
 }
 
-const sq_op sq_op_intent_advance = {"intents.advance", true, advance_prepare, advance_exec, NULL,
-                                    INTENT_ERRORS};
+const sq_op sq_op_intent_advance = {"intents.advance", true, advance_prepare,
+                                    advance_exec,      NULL, INTENT_ERRORS};
 
 /* ---- load, list, forget ------------------------------------------------------------------ */
 
@@ -398,8 +409,8 @@ static int load_exec(sq_conn *c, qim_store_req *base) {
   return decode_intent(row, COL_BODY, state, &r->out.intent);
 }
 
-const sq_op sq_op_intent_load = {"intents.load", false, load_prepare, load_exec, load_discard,
-                                 INTENT_ERRORS};
+const sq_op sq_op_intent_load = {"intents.load", false,        load_prepare,
+                                 load_exec,      load_discard, INTENT_ERRORS};
 
 static int list_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -421,10 +432,12 @@ static int list_exec(sq_conn *c, qim_store_req *base) {
   qim_store_intent_list_req *r = (void *)base;
   sqlite3_stmt *st =
       r->has_conversation
-          ? sq_prep(c, "SELECT state, body FROM intents WHERE tenant=? AND conv=? AND state < 3"
-                       " ORDER BY tenant, conv, seq, ord LIMIT ?")
-          : sq_prep(c, "SELECT state, body FROM intents WHERE state < 3"
-                       " ORDER BY tenant, conv, seq, ord LIMIT ?");
+          ? sq_prep(c,
+                    "SELECT state, body FROM intents WHERE tenant=? AND conv=? AND state < 3"
+                    " ORDER BY tenant, conv, seq, ord LIMIT ?")
+          : sq_prep(c,
+                    "SELECT state, body FROM intents WHERE state < 3"
+                    " ORDER BY tenant, conv, seq, ord LIMIT ?");
   if (!st) return sq_last_error(c);
   int arg = 1;
   if (r->has_conversation) {
@@ -446,8 +459,8 @@ static int list_exec(sq_conn *c, qim_store_req *base) {
   return rc;
 }
 
-const sq_op sq_op_intent_list = {"intents.list_in_flight", false, list_prepare, list_exec,
-                                 list_discard, INTENT_ERRORS};
+const sq_op sq_op_intent_list = {
+    "intents.list_in_flight", false, list_prepare, list_exec, list_discard, INTENT_ERRORS};
 
 static int forget_exec(sq_conn *c, qim_store_req *base) {
   qim_store_intent_forget_req *r = (void *)base;

@@ -15,7 +15,7 @@
 #include "qim/shard.h"
 #include "store/sqlite_int.h"
 
-#define LOG_ERRORS \
+#define LOG_ERRORS                                                    \
   QIM_E_COMMIT_LOG_UNAVAILABLE, QIM_E_COMMIT_LOG_TRANSACTION_ABORTED, \
       QIM_E_COMMIT_LOG_PUBLICATION_NOT_DURABLE
 
@@ -95,9 +95,10 @@ int sq_log_append_one(sq_conn *c, qim_log_stream stream, const uint8_t key[16],
 }
 
 static int set_consumer(sq_conn *c, const char *consumer, int64_t stream, uint64_t offset) {
-  sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO log_consumers(consumer, stream, offset) VALUES(?, ?, ?)"
-                             " ON CONFLICT(consumer, stream) DO UPDATE SET offset = excluded.offset");
+  sqlite3_stmt *st =
+      sq_prep(c,
+              "INSERT INTO log_consumers(consumer, stream, offset) VALUES(?, ?, ?)"
+              " ON CONFLICT(consumer, stream) DO UPDATE SET offset = excluded.offset");
   if (!st) return sq_last_error(c);
   sq_bind_text(st, 1, consumer);
   sqlite3_bind_int64(st, 2, stream);
@@ -211,7 +212,7 @@ static int consumer_get_exec(sq_conn *c, qim_store_req *base) {
 }
 
 const sq_op sq_op_consumer_get = {"log.consumer_get", false, consumer_get_prepare,
-                                  consumer_get_exec, NULL, LOG_ERRORS};
+                                  consumer_get_exec,  NULL,  LOG_ERRORS};
 
 static int consumer_set_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -225,9 +226,10 @@ static int consumer_set_exec(sq_conn *c, qim_store_req *base) {
 }
 
 const sq_op sq_op_consumer_set = {"log.consumer_set", true, consumer_set_prepare,
-                                  consumer_set_exec, NULL, LOG_ERRORS};
+                                  consumer_set_exec,  NULL, LOG_ERRORS};
 
-/* ---- trim and redact --------------------------------------------------------------------------- */
+/* ---- trim and redact ---------------------------------------------------------------------------
+ */
 
 static int trim_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;

@@ -22,7 +22,8 @@
 
 #define MATERIALIZE_ERRORS \
   QIM_E_MATERIALIZE_UNAVAILABLE, QIM_E_MATERIALIZE_UNAVAILABLE, QIM_E_MATERIALIZE_UNAVAILABLE
-#define MAILBOX_ERRORS QIM_E_MAILBOX_UNAVAILABLE, QIM_E_MAILBOX_UNAVAILABLE, QIM_E_MAILBOX_UNAVAILABLE
+#define MAILBOX_ERRORS \
+  QIM_E_MAILBOX_UNAVAILABLE, QIM_E_MAILBOX_UNAVAILABLE, QIM_E_MAILBOX_UNAVAILABLE
 
 static bool shard_valid(const sq_store *st, qim_mailbox_shard_id shard) {
   return shard < st->opt.shards.shard_count;
@@ -79,8 +80,8 @@ static int takeover_exec(sq_conn *c, qim_store_req *base) {
                            &existed);
 }
 
-const sq_op sq_op_shard_takeover = {"mailboxes.shard_takeover", true, takeover_prepare,
-                                    takeover_exec, NULL, MATERIALIZE_ERRORS};
+const sq_op sq_op_shard_takeover = {
+    "mailboxes.shard_takeover", true, takeover_prepare, takeover_exec, NULL, MATERIALIZE_ERRORS};
 
 static int shard_get_prepare(const sq_store *st, qim_store_req *base) {
   qim_store_shard_get_req *r = (void *)base;
@@ -92,8 +93,8 @@ static int shard_get_exec(sq_conn *c, qim_store_req *base) {
   return shard_row(c, r->shard, &r->out_epoch, &r->out_owner);
 }
 
-const sq_op sq_op_shard_get = {"mailboxes.shard_get", false, shard_get_prepare, shard_get_exec,
-                               NULL, MATERIALIZE_ERRORS};
+const sq_op sq_op_shard_get = {"mailboxes.shard_get", false, shard_get_prepare,
+                               shard_get_exec,        NULL,  MATERIALIZE_ERRORS};
 
 /* ---- chunk sets: ascending u32 big-endian ----------------------------------------------- */
 
@@ -143,7 +144,8 @@ static int append_prepare(const sq_store *st, qim_store_req *base) {
       (p->completed_chunk_count && !p->completed_chunks))
     return -EINVAL;
   bool has_chunk = false;
-  for (size_t i = 0; i < p->completed_chunk_count; i++) has_chunk |= p->completed_chunks[i] == b->chunk_id;
+  for (size_t i = 0; i < p->completed_chunk_count; i++)
+    has_chunk |= p->completed_chunks[i] == b->chunk_id;
   if (!has_chunk) return -EINVAL; /* the progress written must include this chunk */
   for (size_t i = 0; i < b->entry_count; i++)
     if (b->entries[i].mailbox_seq != b->mailbox_seq) return -EINVAL;
@@ -259,8 +261,8 @@ static int append_exec(sq_conn *c, qim_store_req *base) {
   return rc;
 }
 
-const sq_op sq_op_mailbox_append = {"mailboxes.append", true, append_prepare, append_exec, NULL,
-                                    MATERIALIZE_ERRORS};
+const sq_op sq_op_mailbox_append = {"mailboxes.append", true, append_prepare,
+                                    append_exec,        NULL, MATERIALIZE_ERRORS};
 
 /* ---- progress ------------------------------------------------------------------------------- */
 
@@ -304,10 +306,12 @@ static int progress_exec(sq_conn *c, qim_store_req *base) {
   return 0;
 }
 
-const sq_op sq_op_progress_get = {"mailboxes.progress_get", false, progress_prepare, progress_exec,
-                                  progress_discard, MATERIALIZE_ERRORS};
+const sq_op sq_op_progress_get = {"mailboxes.progress_get", false,
+                                  progress_prepare,         progress_exec,
+                                  progress_discard,         MATERIALIZE_ERRORS};
 
-/* ---- range ------------------------------------------------------------------------------------ */
+/* ---- range ------------------------------------------------------------------------------------
+ */
 
 static int range_prepare(const sq_store *st, qim_store_req *base) {
   (void)st;
@@ -384,8 +388,8 @@ static int range_exec(sq_conn *c, qim_store_req *base) {
   return rc;
 }
 
-const sq_op sq_op_mailbox_range = {"mailboxes.range", false, range_prepare, range_exec,
-                                   range_discard, MAILBOX_ERRORS};
+const sq_op sq_op_mailbox_range = {"mailboxes.range", false,         range_prepare,
+                                   range_exec,        range_discard, MAILBOX_ERRORS};
 
 /* ---- watermarks ------------------------------------------------------------------------------ */
 
@@ -414,7 +418,7 @@ static int watermark_get_exec(sq_conn *c, qim_store_req *base) {
 }
 
 const sq_op sq_op_watermark_get = {"mailboxes.watermark_get", false, watermark_get_prepare,
-                                   watermark_get_exec, NULL, MATERIALIZE_ERRORS};
+                                   watermark_get_exec,        NULL,  MATERIALIZE_ERRORS};
 
 static int watermark_advance_prepare(const sq_store *st, qim_store_req *base) {
   qim_store_watermark_advance_req *r = (void *)base;
@@ -467,9 +471,9 @@ static int watermark_advance_exec(sq_conn *c, qim_store_req *base) {
   return floor > cur.floor ? trim_lane(c, a->shard, a->lane, floor) : 0;
 }
 
-const sq_op sq_op_watermark_advance = {"mailboxes.watermark_advance", true,
-                                       watermark_advance_prepare, watermark_advance_exec, NULL,
-                                       MATERIALIZE_ERRORS};
+const sq_op sq_op_watermark_advance = {
+    "mailboxes.watermark_advance", true, watermark_advance_prepare,
+    watermark_advance_exec,        NULL, MATERIALIZE_ERRORS};
 
 /* ---- wiping a message's content ------------------------------------------------------------ */
 

@@ -38,8 +38,12 @@ static pthread_key_t sync_key;
 static pthread_once_t sync_once = PTHREAD_ONCE_INIT;
 static _Thread_local qim_cq *sync_cq;
 
-static void sync_cq_destroy(void *cq) { qim_cq_free(cq); }
-static void sync_key_make(void) { pthread_key_create(&sync_key, sync_cq_destroy); }
+static void sync_cq_destroy(void *cq) {
+  qim_cq_free(cq);
+}
+static void sync_key_make(void) {
+  pthread_key_create(&sync_key, sync_cq_destroy);
+}
 
 static qim_cq *thread_cq(void) {
   if (sync_cq) return sync_cq;
@@ -52,7 +56,9 @@ static qim_cq *thread_cq(void) {
 /* A non-NULL marker: the request completed. */
 static char sync_done_marker;
 
-static void sync_done(qim_store_req *r) { r->sync_ = &sync_done_marker; }
+static void sync_done(qim_store_req *r) {
+  r->sync_ = &sync_done_marker;
+}
 
 int qim__store_sync_prepare(qim_store_req *r) {
   r->cq = thread_cq(); /* NULL makes the submission fail with -EINVAL */

@@ -15,7 +15,21 @@
  *
  * Outputs: every pointer/array output is allocated with qim_malloc and owned by the
  * caller after completion; free it with the matching free function in record.h or
- * below (qim_store_*_free). Inputs are borrowed until `done` runs.
+ * below (qim_store_*_free). Inputs are borrowed until `done` runs. A failed call owns no
+ * outputs (pointers NULL, counts 0).
+ *
+ * Conventions every backend keeps (the conformance vectors check them):
+ *   - A `limit` / `max` / `max_items` of 0 is -EINVAL: every read is bounded by its caller.
+ *   - u64 values are at most 2^63-1 where the store keeps or compares them (sqlite
+ *     integers are signed); larger inputs are taken as 2^63-1, so UINT64_MAX as an upper
+ *     bound means "no bound".
+ *   - Storage failures come back in the caller's domain: accounts -errno; conversations
+ *     GROUP_UNAVAILABLE (members_at: FANOUT_UNAVAILABLE); intents and history
+ *     MESSAGE_STORE_UNAVAILABLE; logs COMMIT_LOG_UNAVAILABLE, or TRANSACTION_ABORTED when the
+ *     transaction carrying the write was lost, PUBLICATION_NOT_DURABLE when its commit could
+ *     not be confirmed; mailboxes MATERIALIZE_UNAVAILABLE (range: MAILBOX_UNAVAILABLE).
+ *   - An id outside the shard configuration (shard >= shard_count, lane >= lanes_per_shard)
+ *     is -EINVAL.
  *
  * Redis Cluster shape (no cross-slot transactions): every call that is atomic touches
  * keys of ONE slot — a conversation ({conv} hash tag), a log stream, a user's mailbox
@@ -117,10 +131,13 @@ typedef struct qim_store_member {
 } qim_store_member;
 
 typedef enum qim_store_member_op {
-  QIM_STORE_MEMBER_ADD = 0,      /* AlreadyExists if a current member */
+  QIM_STORE_MEMBER_ADD = 0,      /* AlreadyExists if a current member; a returning member
+                                    gets a new joined_at (read/recv restart there) */
   QIM_STORE_MEMBER_REMOVE = 1,   /* NotFound if not a current member; sets left_at */
-  QIM_STORE_MEMBER_BAN = 2,      /* remove + banned (a later ADD is PermissionDenied) */
-  QIM_STORE_MEMBER_UPDATE = 3,   /* role / modes of a current member */
+  QIM_STORE_MEMBER_BAN = 2,      /* remove + banned (a later ADD is PermissionDenied); of a
+                                    former member: only banned; never a member: NotFound.
+                                    There is no unban yet. */
+  QIM_STORE_MEMBER_UPDATE = 3,   /* role / modes of a current member (NotFound otherwise) */
 } qim_store_member_op;
 
 typedef struct qim_store_member_change {
@@ -134,6 +151,7 @@ typedef struct qim_store_seq_range {   /* [low, hi) */
   qim_conversation_seq low, hi;
 } qim_store_seq_range;
 
+/* Offsets of every stream start at 1 (0 = "before the first record"). */
 typedef struct qim_store_log_record {
   uint64_t offset;
   qim_shard_epoch epoch;     /* stamped at append (dispatch streams); 0 for the outbox */
@@ -164,12 +182,17 @@ typedef struct { qim_store_req req; const char *api_key; qim_tenant_id out_tenan
 /* ---- conversations and members ------------------------------------------------------ */
 
 /* Atomic: creates the conversation and (GROUP) its owner as first member with mode
- * JRWPASDO at membership_version 1 (DIRECT: both users, version 1, mode JRWPA).
+ * JRWPASDO, role OWNER, at membership_version 1 (DIRECT: both users, role MEMBER, mode
+ * JRWPA; direct_users must be distinct, lower id first, else -EINVAL). latest_seq, delid,
+ * membership_version, member_count and deleted of `conv` are ignored (a new conversation
+ * starts at 0 / 0 / 1 / members / false); created_at = updated_at = touched_at = now.
  * -EEXIST if the id exists. */
 typedef struct { qim_store_req req; qim_store_conversation conv; qim_timestamp_millis now; } qim_store_conv_create_req;
 /* -ENOENT if absent. */
 typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_store_conversation out; } qim_store_conv_get_req;
-/* public_json NULL = keep; mark_deleted sets deleted (owner deletes the topic). */
+/* public_json NULL = keep; mark_deleted sets deleted (owner deletes the topic; a
+ * deleted conversation takes no more reserves or membership changes). updated_at = now.
+ * -ENOENT if absent. */
 typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; const char *public_json; bool mark_deleted; qim_timestamp_millis now; } qim_store_conv_update_req;
 
 /*
@@ -177,9 +200,12 @@ typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id
  * changes or none; a new membership_version = old + 1; joined_at / left_at = the
  * conversation's latest_seq at this moment; a new member's read/recv start at joined_at.
  * Rows are versioned [from_version, to_version) so any past version stays readable.
- * Errors: GROUP_NOT_FOUND (conversation, or REMOVE/UPDATE of a non-member),
- * GROUP_ALREADY_EXISTS (ADD of a current member), GROUP_PERMISSION_DENIED (ADD of a
- * banned user), GROUP_MEMBER_LIMIT_EXCEEDED (member_count would exceed member_limit).
+ * Changes apply in order (a later change sees the earlier ones). A role change closes the
+ * member's row and opens a new one; mode-only changes keep the row (members_at has no modes).
+ * Errors: GROUP_NOT_FOUND (conversation absent or deleted, or REMOVE/UPDATE of a
+ * non-member), GROUP_ALREADY_EXISTS (ADD of a current member), GROUP_PERMISSION_DENIED (ADD
+ * of a banned user), GROUP_MEMBER_LIMIT_EXCEEDED (member_count would exceed member_limit
+ * and grow; member_limit 0 = no limit). -EINVAL: no changes.
  */
 typedef struct {
   qim_store_req req;
@@ -198,8 +224,10 @@ typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id
 
 /*
  * Members at EXACTLY `version`, ordered by user id, starting after `after_user`
- * (has_after=false: from the start), at most `limit`. FANOUT_MEMBERSHIP_SNAPSHOT_UNAVAILABLE
- * if the version is above the current one or was pruned by retention.
+ * (has_after=false: from the start), at most `limit`; out_has_more when more follow.
+ * Members who had left by then are absent (has_left_at is false for every entry).
+ * FANOUT_MEMBERSHIP_SNAPSHOT_UNAVAILABLE if the version is 0, above the current one or was
+ * pruned by retention; -ENOENT if the conversation is unknown.
  */
 typedef struct {
   qim_store_req req;
@@ -215,11 +243,14 @@ typedef struct {
 } qim_store_members_at_req;
 
 /* Forward-only receipts: values at or below the stored ones are ignored; read implies
- * recv. out_* are the stored values afterwards. -ENOENT if not a member. */
+ * recv; both are clamped to the conversation's latest_seq (nobody reads what does not exist
+ * yet). out_* are the stored values afterwards. -ENOENT if not a current member. */
 typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_user_id user_id; qim_conversation_seq read_seq, recv_seq; qim_conversation_seq out_read, out_recv; } qim_store_member_receipt_req;
 
-/* The user's subscriptions (current memberships, plus ones left within the listing),
- * ordered by last_activity_id descending, paged by an opaque cursor. */
+/* The user's subscriptions: every conversation the user is or was a member of (left and
+ * banned ones too, with their left_at / banned), ordered by (last_activity_id,
+ * conversation_id) descending, paged by an opaque cursor (a cursor the store did not make
+ * is -EINVAL). */
 typedef struct {
   qim_store_req req;
   qim_tenant_id tenant_id;
@@ -243,9 +274,16 @@ typedef struct {
  * the store's shard config), stores the intent as Reserved and returns FRESH with the
  * completed intent. For a key in flight: EXISTING with the stored intent; committed:
  * COMMITTED with the stored CommittedMessage. If the stored intent's record content
- * differs from the proposal's: COMMIT_CLIENT_MESSAGE_ID_REUSED.
+ * differs from the proposal's: COMMIT_CLIENT_MESSAGE_ID_REUSED. "Content" is the
+ * conversation and the MessageContent: a retry that minted a new message id or created_at
+ * is the same message. After the body was wiped (history.set_state) the comparison is
+ * skipped: nothing of the content is kept to compare with.
+ * The stored record's coordinates are the intent's. The conversation's latest_seq,
+ * touched_at (record.created_at) and last_activity_id (if larger) move with a FRESH reserve.
  * Errors: MESSAGE_STORE_INVALID_CLIENT_MESSAGE_ID (zero cmid), -ENOENT
- * (conversation), COMMIT_PERMISSION_DENIED (sender is not a current member).
+ * (conversation absent or deleted), COMMIT_PERMISSION_DENIED (sender is not a current
+ * member; not checked for Control messages, which speak for the system, e.g. about a
+ * member who just left), MESSAGE_STORE_INVARIANT_VIOLATION (seq would reach 0x0FFFFFFF).
  * out_order: a per-conversation counter giving the order of intents that share a seq
  * position (a message and the controls after it).
  */
@@ -264,8 +302,10 @@ typedef struct {
  *              (idempotent) → out_position; every intent of the conversation with a lower
  *              (seq, order) must already be OUTBOXED or COMMITTED, else COMMIT_LOG_INVARIANT_VIOLATION,
  *   COMMITTED: keeps only the CommittedMessage for dedupe until the window passes.
- * Repeating the current state is a no-op success (idempotent). A backward or skipping
- * step: MESSAGE_STORE_INVALID_STATE_TRANSITION; unknown key: MESSAGE_STORE_COMMIT_NOT_FOUND.
+ * Repeating the current state is a no-op success (idempotent; out_position is the outbox
+ * position once the intent is OUTBOXED or COMMITTED). A backward or skipping step:
+ * MESSAGE_STORE_INVALID_STATE_TRANSITION; unknown key: MESSAGE_STORE_COMMIT_NOT_FOUND.
+ * The envelope's intent carries state OUTBOXED.
  */
 typedef struct {
   qim_store_req req;
@@ -290,7 +330,8 @@ typedef struct {
   size_t out_count;
 } qim_store_intent_list_req;
 
-/* Forgets committed keys whose commit time is before `before` (dedupe window). */
+/* Forgets committed keys whose commit time (advance's `now`) is before `before` (dedupe
+ * window); in-flight intents are never forgotten. */
 typedef struct { qim_store_req req; qim_timestamp_millis before; uint64_t out_forgotten; } qim_store_intent_forget_req;
 
 /* ---- history ----------------------------------------------------------------------- */
@@ -300,10 +341,12 @@ typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id
 
 /*
  * Records of one conversation visible to `viewer`: seq in (window_low, window_high],
- * inside the union of `ranges` when range_count > 0, not hard-deleted (state Deleted or
- * Recalled with a wiped body are still returned with their state, unless skip_deleted),
- * not in the viewer's own soft-delete dellog; newest first when direction OLDER.
- * At most max_items and about max_bytes of payload (at least one record).
+ * inside the union of `ranges` ([low, hi), any order, may overlap) when range_count > 0,
+ * not hard-deleted (state Deleted or Recalled with a wiped body are still returned with
+ * their state, unless skip_deleted), not in the viewer's own soft-delete dellog (an
+ * everyone-dellog hides nothing here: hard deletes show as the record's state); newest
+ * first when direction OLDER. At most max_items and about max_bytes of payload (at least
+ * one record; max_bytes 0 = no byte bound); out_has_more when more records qualify.
  */
 typedef struct {
   qim_store_req req;
@@ -323,20 +366,24 @@ typedef struct {
 
 /* Sets state (and updated_at); wipe_body erases content everywhere the store holds it:
  * the history row, the commit intent and inline mailbox entries of this message
- * (secure_delete in sqlite). -ENOENT if no such record. */
+ * (secure_delete in sqlite); message type, custom type and schema version stay. The
+ * outbox copy is the caller's to redact (logs.redact). -ENOENT if no such record. */
 typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_conversation_seq seq; qim_message_state state; bool wipe_body; qim_timestamp_millis now; } qim_store_record_set_state_req;
 
 /* Atomic per conversation: delid += 1; a dellog row per range for `for_user`
  * (has_for_user=false: everyone); for a user, that member's clear = new delid.
- * Ranges are already validated and merged by the caller. */
+ * Ranges are already validated and merged by the caller (-EINVAL: none, or low >= hi).
+ * -ENOENT: conversation, or for_user never a member. */
 typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; bool has_for_user; qim_user_id for_user; const qim_store_seq_range *ranges; size_t range_count; uint64_t out_delid; } qim_store_dellog_add_req;
 
 /* Dellog ranges visible to `viewer` (its own and everyone's) with delid in
- * [since_delid, before_delid) (before 0 = no bound), ordered by delid. */
+ * [since_delid, before_delid) (before 0 = no bound), ordered by (delid, low), at most
+ * `limit`. out_max_delid: the conversation's current delid. -ENOENT: conversation. */
 typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_user_id viewer; uint64_t since_delid, before_delid; uint32_t limit; qim_store_seq_range *out_ranges; size_t out_count; uint64_t out_max_delid; } qim_store_dellog_query_req;
 
-/* Retention: records of `retention_class` created before `before`: bodies wiped, state
- * Deleted. out_count = records affected. */
+/* Retention: records of `retention_class` created before `before`: bodies wiped
+ * everywhere (as set_state's wipe_body), state Deleted. out_count = records affected
+ * (records already Deleted with an empty body are not counted again). */
 typedef struct { qim_store_req req; qim_retention_class retention_class; qim_tenant_id tenant_id; qim_timestamp_millis before; qim_timestamp_millis now; uint64_t out_count; } qim_store_record_expire_req;
 
 /* ---- logs -------------------------------------------------------------------------- */
@@ -370,7 +417,9 @@ typedef struct {
 } qim_store_log_append_req;
 
 /* Records with offset >= from, at most max. COMMIT_LOG_POSITION_UNAVAILABLE if `from` is
- * below the trim point. out_end = next offset after the last record of the stream. */
+ * below the trim point. out_end = next offset after the last record of the stream (1 for
+ * a stream never written); out_trim = the trim point (0 until a trim). A fence has an
+ * all-zero key and an empty payload. */
 typedef struct { qim_store_req req; qim_log_stream stream; uint64_t from; uint32_t max; qim_store_log_record *out_records; size_t out_count; uint64_t out_end; uint64_t out_trim; } qim_store_log_read_req;
 
 /* A consumer's committed offset (0 when never set). */
@@ -378,19 +427,21 @@ typedef struct { qim_store_req req; const char *consumer; qim_log_stream stream;
 typedef struct { qim_store_req req; const char *consumer; qim_log_stream stream; uint64_t offset; } qim_store_log_consumer_set_req;
 
 /* Removes records below `below`, but never below the lowest registered consumer offset of
- * the stream nor below `protect` (a producer's replay point). out_trim: the trim point. */
+ * the stream nor below `protect` (a producer's replay point; 0 = none) nor past the end.
+ * The trim point never moves back. out_trim: the trim point afterwards. */
 typedef struct { qim_store_req req; qim_log_stream stream; uint64_t below; uint64_t protect; uint64_t out_trim; } qim_store_log_trim_req;
 
 /* Replaces the payload of one record by `payload` (deleted means gone), keeping offset,
- * key and epoch. COMMIT_LOG_POSITION_UNAVAILABLE if trimmed. */
+ * key and epoch. COMMIT_LOG_POSITION_UNAVAILABLE if trimmed or never written. */
 typedef struct { qim_store_req req; qim_log_position position; qim_bytes payload; } qim_store_log_redact_req;
 
 /* ---- mailboxes and shards ---------------------------------------------------------- */
 
 /*
  * Shard takeover: atomically epoch = epoch + 1, owner = `owner`, and a fence record
- * appended to LogStream::MailboxDispatch{shard}. out_epoch: the new epoch;
- * out_fence: the fence's position.
+ * appended to LogStream::MailboxDispatch{shard}, stamped with the new epoch. out_epoch:
+ * the new epoch; out_fence: the fence's position. A shard never taken over has epoch 0
+ * (appends before any takeover are stamped 0). MATERIALIZE_UNAVAILABLE past epoch 65535.
  */
 typedef struct { qim_store_req req; qim_mailbox_shard_id shard; uint64_t owner; qim_shard_epoch out_epoch; qim_log_position out_fence; } qim_store_shard_takeover_req;
 typedef struct { qim_store_req req; qim_mailbox_shard_id shard; qim_shard_epoch out_epoch; uint64_t out_owner; } qim_store_shard_get_req;
@@ -399,19 +450,29 @@ typedef struct { qim_store_req req; qim_mailbox_shard_id shard; qim_shard_epoch 
  * AppendMailboxBatch: entries + progress in one atomic write, idempotent by
  * (user, mailbox_seq, event_ordinal) and by (dispatch_id, lane, chunk). Fenced:
  * `owner_epoch` must equal the shard's current epoch, checked inside the same
- * transaction (MATERIALIZE_SHARD_NOT_OWNED otherwise). out: DurabilityReceipt.
- * MATERIALIZE_PROGRESS_CONFLICT if the stored progress disagrees with the batch.
+ * transaction (MATERIALIZE_SHARD_NOT_OWNED otherwise, checked before idempotence).
+ * out: DurabilityReceipt (a replayed chunk gets the original one and writes nothing).
+ * MATERIALIZE_PROGRESS_CONFLICT if the stored progress disagrees with the batch: another
+ * shard or mailbox seq, or completed chunks the batch's progress lacks. -EINVAL: a batch
+ * inconsistent in itself (progress for another dispatch/shard/lane, progress not
+ * including chunk_id, an entry with another mailbox_seq).
  */
 typedef struct { qim_store_req req; const qim_append_mailbox_batch *batch; qim_shard_epoch owner_epoch; qim_durability_receipt out; } qim_store_mailbox_append_req;
 
 typedef struct { qim_store_req req; qim_dispatch_id dispatch_id; qim_lane_id lane; bool out_found; qim_dispatch_progress out; } qim_store_progress_get_req;
 
 /* A user's entries with after_seq < mailbox_seq <= up_to_seq, ordered by (seq, ordinal),
- * whole event groups only, within max_items / max_bytes (see MailboxRangeQuery). */
+ * whole event groups only, within max_items / max_bytes (see MailboxRangeQuery; max_bytes
+ * 0 = no byte bound; the first group is returned whatever its bytes).
+ * MAILBOX_GROUP_TOO_LARGE: the first group alone has more than max_items entries.
+ * MAILBOX_CORRUPT_ENTRY: a stored entry does not decode. The trim floor is the caller's to
+ * check (watermark_get). */
 typedef struct { qim_store_req req; qim_mailbox_range_query query; qim_mailbox_entry *out_entries; size_t out_count; bool out_has_more; } qim_store_mailbox_range_req;
 
 typedef struct { qim_store_req req; qim_mailbox_shard_id shard; qim_lane_id lane; qim_lane_watermark out; } qim_store_watermark_get_req;
-/* Forward-only; fenced by owner_epoch like mailbox append. Trims entries below floor. */
+/* Forward-only (lower values are ignored); fenced by owner_epoch like mailbox append.
+ * Trims the lane's entries (and its dispatch bookkeeping) with mailbox_seq < floor.
+ * -EINVAL: floor > materialized. */
 typedef struct { qim_store_req req; qim_watermark_advance advance; qim_shard_epoch owner_epoch; } qim_store_watermark_advance_req;
 
 /* ---- the vtable ---------------------------------------------------------------------- */
@@ -480,8 +541,9 @@ struct qim_store_vtable {
 
 typedef struct qim_store_options {
   qim_shard_config shards;     /* fixed at creation; a mismatch on reopen is -EINVAL */
-  uint32_t queue_capacity;     /* bounded submission queue (default 4096) */
-  uint32_t reader_threads;     /* default 2 */
+  uint32_t queue_capacity;     /* bounded submission queues, writes and reads each (default
+                                  4096); full → -EAGAIN */
+  uint32_t reader_threads;     /* default 2 (at most 64) */
   uint32_t max_batch;          /* operations per group commit (default 512) */
   /* Test hook, called by the writer thread before each fsync'ing COMMIT (e.g. a slow
    * fsync for liveness tests). NULL in production. */
@@ -489,8 +551,10 @@ typedef struct qim_store_options {
   void *hook_ctx;
 } qim_store_options;
 
-/* Opens a backend by URL: "sqlite:PATH" (later "redis://host:port/..."). -EINVAL for an
- * unknown scheme; -errno / QIM_E_*_UNAVAILABLE when the backend cannot start. */
+/* Opens a backend by URL: "sqlite:PATH[?max_page_count=N]" (N caps the database size in
+ * pages; tests use it to provoke SQLITE_FULL), later "redis://host:port/...". -EINVAL for
+ * an unknown scheme, bad options or a shard configuration other than the one the store
+ * was created with; -errno when the backend cannot start. */
 int qim_store_open(const char *url, const qim_store_options *opt, qim_store **out);
 static inline void qim_store_close(qim_store *s) { if (s) s->vt->close(s); }
 
@@ -502,13 +566,14 @@ struct qim_store_stats {
   uint64_t failed_operations;     /* write operations completed with a non-zero status */
   uint64_t rejected_backpressure; /* submissions refused with -EAGAIN (queue full) */
   uint64_t reads;                 /* read operations executed */
+  uint64_t pages_written;         /* pages the commits wrote to the log (sqlite: WAL frames) */
   uint64_t batch_hist[8]; /* batches of size 1, 2-3, 4-7, 8-15, 16-63, 64-255, 256-1023, 1024+ */
 };
 void qim_store_get_stats(qim_store *s, qim_store_stats *out);
 
 /* Blocking wrapper: QIM_STORE_SYNC(store, intents.reserve, &r) submits and waits for the
- * completion on a private queue; returns the submit error or r.req.status. Not for use on
- * an event loop thread. */
+ * completion on a private queue of the calling thread (it sets r.req.cq and r.req.done);
+ * returns the submit error or r.req.status. Not for use on an event loop thread. */
 int qim__store_sync_prepare(qim_store_req *r);
 int qim__store_sync_finish(int submit_rc, qim_store_req *r);
 #define QIM_STORE_SYNC(s, call, r) \

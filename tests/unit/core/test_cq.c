@@ -146,7 +146,8 @@ static void test_loop_queue_runs_every_item_on_the_loop_thread(void **state) {
   loop_state ls = {.loop_thread = uv_thread_self()};
   assert_int_equal(qim_cq_new_loop(&loop, &ls.cq), 0);
   loop_item *items = calloc(LOOP_POSTERS * LOOP_PER_POSTER, sizeof *items);
-  for (int i = 0; i < LOOP_POSTERS * LOOP_PER_POSTER; i++) items[i] = (loop_item){{NULL, loop_run}, &ls};
+  for (int i = 0; i < LOOP_POSTERS * LOOP_PER_POSTER; i++)
+    items[i] = (loop_item){{NULL, loop_run}, &ls};
   pthread_t th[LOOP_POSTERS];
   loop_poster lp[LOOP_POSTERS];
   for (int i = 0; i < LOOP_POSTERS; i++) {

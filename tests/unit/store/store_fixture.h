@@ -18,10 +18,18 @@
 #include "store/store.h"
 #include "testsupport.h"
 
-static inline qim_u128 fx_id(uint64_t n) { return (qim_u128){0x5100000000000000ull, n}; }
-static inline qim_tenant_id fx_tenant(void) { return (qim_tenant_id){fx_id(1)}; }
-static inline qim_user_id fx_user(uint64_t n) { return (qim_user_id){fx_id(100 + n)}; }
-static inline qim_conversation_id fx_conv(uint64_t n) { return (qim_conversation_id){fx_id(1000 + n)}; }
+static inline qim_u128 fx_id(uint64_t n) {
+  return (qim_u128){0x5100000000000000ull, n};
+}
+static inline qim_tenant_id fx_tenant(void) {
+  return (qim_tenant_id){fx_id(1)};
+}
+static inline qim_user_id fx_user(uint64_t n) {
+  return (qim_user_id){fx_id(100 + n)};
+}
+static inline qim_conversation_id fx_conv(uint64_t n) {
+  return (qim_conversation_id){fx_id(1000 + n)};
+}
 
 static inline qim_store_options fx_options(void) {
   qim_store_options o = {0};
@@ -105,8 +113,8 @@ static inline qim_conversation_seq fx_commit(qim_store *s, const qim_commit_inte
 typedef struct fx_gate {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int armed;    /* the next commit waits */
-  int entered;  /* a commit is waiting */
+  int armed;   /* the next commit waits */
+  int entered; /* a commit is waiting */
 } fx_gate;
 
 static inline void fx_gate_init(fx_gate *g) {
@@ -155,7 +163,9 @@ static inline void fx_gate_destroy(fx_gate *g) {
 
 /* ---- counting completions on a blocking queue ---------------------------------------- */
 
-static inline void fx_count_done(qim_store_req *r) { (*(int *)r->data)++; }
+static inline void fx_count_done(qim_store_req *r) {
+  (*(int *)r->data)++;
+}
 
 static inline void fx_async(qim_store_req *r, qim_cq *cq, int *counter) {
   r->cq = cq;

@@ -5,11 +5,14 @@
  * is backpressure, completions arrive on the caller's event loop, data survives a
  * reopen, and the shard configuration is fixed at creation.
  */
+#include <time.h>
 #include <uv.h>
 
 #include "store_fixture.h"
 
-static qim_log_stream outbox(void) { return (qim_log_stream){QIM_LOG_STREAM_OUTBOX, 0}; }
+static qim_log_stream outbox(void) {
+  return (qim_log_stream){QIM_LOG_STREAM_OUTBOX, 0};
+}
 
 /* A single-entry outbox append request; `n` makes the key unique. */
 typedef struct append_op {
@@ -77,6 +80,7 @@ static void test_group_commit_batches_concurrent_submitters(void **state) {
   qim_store_get_stats(s, &st);
   assert_int_equal(st.operations, SUBMITTERS * PER_SUBMITTER);
   assert_int_equal(st.fsyncs, st.transactions);
+  assert_true(st.pages_written >= st.transactions); /* every commit wrote at least a page */
   /* At most one transaction per 8 operations. */
   assert_true(st.transactions * 8 <= st.operations);
   assert_int_equal(outbox_count(s), SUBMITTERS * PER_SUBMITTER);
@@ -172,13 +176,65 @@ static void test_failing_operation_fails_alone_in_its_batch(void **state) {
   gated_close(&g);
 }
 
+/* One operation of each non-log domain, to see how a lost batch reports in each. */
+typedef struct family_ops {
+  qim_store_member_change change;
+  qim_store_members_change_req members;
+  qim_commit_intent proposal;
+  qim_store_intent_reserve_req reserve;
+  qim_store_shard_takeover_req takeover;
+} family_ops;
+
+static void family_submit(gated *g, family_ops *f) {
+  memset(f, 0, sizeof *f);
+  f->change = (qim_store_member_change){QIM_STORE_MEMBER_ADD, fx_user(5), QIM_GROUP_ROLE_MEMBER,
+                                        0x2F, 0x2F};
+  f->members.tenant_id = fx_tenant();
+  f->members.conversation_id = fx_conv(1);
+  f->members.changes = &f->change;
+  f->members.change_count = 1;
+  f->proposal = fx_proposal(1, 1, 1, "lost");
+  f->reserve.proposal = &f->proposal;
+  f->takeover.shard = 1;
+  f->takeover.owner = 9;
+  fx_async(&f->members.req, g->cq, &g->done);
+  fx_async(&f->reserve.req, g->cq, &g->done);
+  fx_async(&f->takeover.req, g->cq, &g->done);
+  assert_int_equal(g->s->vt->conversations.members_change(g->s, &f->members), 0);
+  assert_int_equal(g->s->vt->intents.reserve(g->s, &f->reserve), 0);
+  assert_int_equal(g->s->vt->mailboxes.shard_takeover(g->s, &f->takeover), 0);
+}
+
+/* Each failed in its own domain's words, left no outputs and no trace in the store. */
+static void family_check_lost(gated *g, family_ops *f) {
+  assert_int_equal(f->members.req.status, QIM_E_GROUP_UNAVAILABLE);
+  assert_int_equal(f->reserve.req.status, QIM_E_MESSAGE_STORE_UNAVAILABLE);
+  assert_null(f->reserve.out.intent.record.content.payload_or_ciphertext.p);
+  assert_int_equal(f->takeover.req.status, QIM_E_MATERIALIZE_UNAVAILABLE);
+  qim_store_member_get_req mg = {0};
+  mg.tenant_id = fx_tenant();
+  mg.conversation_id = fx_conv(1);
+  mg.user_id = fx_user(5);
+  assert_int_equal(QIM_STORE_SYNC(g->s, conversations.member_get, &mg), -ENOENT);
+  qim_store_intent_load_req lr = {0};
+  lr.key = f->proposal.key;
+  assert_int_equal(QIM_STORE_SYNC(g->s, intents.load, &lr), QIM_E_MESSAGE_STORE_COMMIT_NOT_FOUND);
+  qim_store_shard_get_req sg = {0};
+  sg.shard = 1;
+  assert_int_equal(QIM_STORE_SYNC(g->s, mailboxes.shard_get, &sg), 0);
+  assert_int_equal(sg.out_epoch, 0);
+  qim_commit_intent_free(&f->proposal);
+}
+
 /* SQLITE_FULL from a size cap makes SQLite roll the whole transaction back: nothing of
  * the batch may be reported done, and nothing of it may be visible. */
 static void test_whole_transaction_rollback_fails_every_operation(void **state) {
   (void)state;
   gated g;
   gated_open(&g, "?max_page_count=120", 0);
+  fx_create_group(g.s, 1, 1);
   append_op first, ops[4];
+  family_ops fam;
   gated_hold(&g, &first);
   size_t big_len = 2u << 20;
   uint8_t *big = calloc(1, big_len);
@@ -188,16 +244,18 @@ static void test_whole_transaction_rollback_fails_every_operation(void **state) 
     fx_async(&ops[i].req.req, g.cq, &g.done);
     assert_int_equal(g.s->vt->logs.append(g.s, &ops[i].req), 0);
   }
+  family_submit(&g, &fam); /* after the op that fills the database: never ran */
   fx_gate_release(&g.gate);
-  fx_wait_count(g.cq, &g.done, 5);
+  fx_wait_count(g.cq, &g.done, 8);
   assert_int_equal(first.req.req.status, 0);
   for (int i = 0; i < 4; i++)
     assert_int_equal(ops[i].req.req.status, QIM_E_COMMIT_LOG_TRANSACTION_ABORTED);
   qim_store_stats st;
   qim_store_get_stats(g.s, &st);
-  assert_int_equal(st.failed_operations, 4);
+  assert_int_equal(st.failed_operations, 7);
   assert_int_equal(st.fsyncs, st.transactions - 1);
   assert_int_equal(outbox_count(g.s), 1);
+  family_check_lost(&g, &fam);
   /* The store keeps working after the lost batch. */
   append_op after;
   append_init(&after, 77, "after", 5);
@@ -322,6 +380,94 @@ static void test_reopen_with_other_shard_config_is_refused(void **state) {
   qim_test_rmtree(dir);
 }
 
+/* ---- deleted means gone ------------------------------------------------------------------ */
+
+/* Whether `needle` occurs anywhere in the file (a missing file holds nothing). */
+static bool file_contains(const char *path, const char *needle) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  size_t n = strlen(needle), cap = 1 << 20, len = 0;
+  char *buf = malloc(cap);
+  size_t got;
+  while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
+    len += got;
+    if (len == cap) buf = realloc(buf, cap *= 2);
+  }
+  fclose(f);
+  bool found = false;
+  for (size_t i = 0; !found && i + n <= len; i++) found = memcmp(buf + i, needle, n) == 0;
+  free(buf);
+  return found;
+}
+
+static bool store_files_contain(const char *dir, const char *needle) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/store.db", dir);
+  bool in_db = file_contains(path, needle);
+  snprintf(path, sizeof path, "%s/store.db-wal", dir);
+  return in_db || file_contains(path, needle);
+}
+
+/* Materializes the message inline into its sender's mailbox (shard epoch 0). */
+static void mailbox_put(qim_store *s, const qim_commit_intent *p) {
+  qim_shard_config cfg = fx_options().shards;
+  qim_mailbox_entry e = {0};
+  e.tenant_id = fx_tenant();
+  e.user_id = fx_user(1);
+  e.mailbox_seq = qim_mailbox_seq_make(0, 1);
+  e.event_id = qim_event_id_make(e.mailbox_seq, 0);
+  e.event_type = QIM_EVENT_TYPE_MESSAGE;
+  e.coordinates = p->coordinates;
+  e.coordinates.conversation_seq = 1;
+  e.sender_id = fx_user(1);
+  e.has_content = e.body_included = true;
+  e.content = p->record.content; /* borrowed */
+  uint32_t chunk = 0;
+  qim_append_mailbox_batch b = {0};
+  b.shard = qim_shard_of_user(&cfg, e.tenant_id, e.user_id);
+  b.lane = qim_lane_of_user(&cfg, e.tenant_id, e.user_id);
+  b.dispatch_id = qim_dispatch_id_make(&p->coordinates.message_id, b.shard);
+  b.mailbox_seq = e.mailbox_seq;
+  b.entries = &e;
+  b.entry_count = 1;
+  b.progress = (qim_dispatch_progress){b.dispatch_id, b.shard, b.lane, &chunk, 1, false, 0};
+  qim_store_mailbox_append_req r = {0};
+  r.batch = &b;
+  assert_int_equal(QIM_STORE_SYNC(s, mailboxes.append, &r), 0);
+}
+
+/* A wiped and redacted body is overwritten in the database (secure_delete) and, once writes
+ * pause, the WAL that still held old page images is emptied. */
+static void test_wiped_body_leaves_no_bytes_on_disk(void **state) {
+  (void)state;
+  static const char secret[] = "the-secret-body-7f3a9c";
+  char *dir = qim_test_tmpdir("store-gone");
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  fx_create_group(s, 1, 1);
+  qim_commit_intent p = fx_proposal(1, 1, 1, secret);
+  assert_int_equal(fx_commit(s, &p), 1);
+  mailbox_put(s, &p);
+  assert_true(store_files_contain(dir, secret));
+
+  qim_store_record_set_state_req w = {0};
+  w.tenant_id = fx_tenant();
+  w.conversation_id = fx_conv(1);
+  w.seq = 1;
+  w.state = QIM_MESSAGE_STATE_DELETED;
+  w.wipe_body = true;
+  assert_int_equal(QIM_STORE_SYNC(s, history.set_state, &w), 0);
+  qim_store_log_redact_req red = {0};
+  red.position = (qim_log_position){outbox(), 1};
+  assert_int_equal(QIM_STORE_SYNC(s, logs.redact, &red), 0);
+  struct timespec pause = {1, 600000000}; /* past the writer's idle checkpoint */
+  nanosleep(&pause, NULL);
+  assert_false(store_files_contain(dir, secret));
+  qim_commit_intent_free(&p);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_group_commit_batches_concurrent_submitters),
@@ -331,6 +477,7 @@ int main(void) {
       cmocka_unit_test(test_completions_run_on_the_loop_thread),
       cmocka_unit_test(test_reopen_keeps_committed_data),
       cmocka_unit_test(test_reopen_with_other_shard_config_is_refused),
+      cmocka_unit_test(test_wiped_body_leaves_no_bytes_on_disk),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -72,7 +72,8 @@ static void test_log_offsets_dense_from_one_and_keys_idempotent(void **state) {
 static void test_log_trim_respects_consumer_and_protect(void **state) {
   env *e = *state;
   qim_log_stream outbox = {QIM_LOG_STREAM_OUTBOX, 0};
-  for (int i = 0; i < 10; i++) assert_int_equal(log_append1(e->s, outbox, (uint8_t)(i + 1), "p", NULL), 0);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(log_append1(e->s, outbox, (uint8_t)(i + 1), "p", NULL), 0);
   qim_store_log_consumer_set_req cs = {0};
   cs.consumer = "fanout";
   cs.stream = outbox;
@@ -164,13 +165,15 @@ static void test_reserve_fresh_existing_committed_and_reused(void **state) {
 
   qim_commit_intent other = fx_proposal(1, 1, 1, "different");
   r.proposal = &other;
-  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r), QIM_E_COMMIT_CLIENT_MESSAGE_ID_REUSED);
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r),
+                   QIM_E_COMMIT_CLIENT_MESSAGE_ID_REUSED);
   qim_commit_intent_free(&other);
 
   qim_store_intent_advance_req ar = {0};
   ar.key = p.key;
   ar.to = QIM_COMMIT_STATE_OUTBOXED;
-  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), QIM_E_MESSAGE_STORE_INVALID_STATE_TRANSITION);
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar),
+                   QIM_E_MESSAGE_STORE_INVALID_STATE_TRANSITION);
   assert_int_equal(fx_commit(e->s, &p), 1); /* reserve again → EXISTING, then all steps */
   r.proposal = &p;
   assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r), 0);
@@ -178,7 +181,8 @@ static void test_reserve_fresh_existing_committed_and_reused(void **state) {
   assert_int_equal(r.out.committed.coordinates.conversation_seq, 1);
 
   ar.to = QIM_COMMIT_STATE_RECORDED;
-  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), QIM_E_MESSAGE_STORE_INVALID_STATE_TRANSITION);
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar),
+                   QIM_E_MESSAGE_STORE_INVALID_STATE_TRANSITION);
   ar.to = QIM_COMMIT_STATE_COMMITTED;
   assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), 0);
   assert_int_equal(ar.out_position.offset, 1);
@@ -219,7 +223,8 @@ static void test_outboxed_requires_predecessors(void **state) {
   ar.to = QIM_COMMIT_STATE_RECORDED;
   assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), 0);
   ar.to = QIM_COMMIT_STATE_OUTBOXED;
-  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), QIM_E_COMMIT_LOG_INVARIANT_VIOLATION);
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar),
+                   QIM_E_COMMIT_LOG_INVARIANT_VIOLATION);
 
   qim_store_intent_list_req lr = {0};
   lr.limit = 10;
@@ -261,11 +266,11 @@ static size_t members_at(qim_store *s, uint64_t version, int want) {
 static void test_membership_versions_read_exactly(void **state) {
   env *e = *state;
   fx_create_group(e->s, 1, 1);
-  change1(e->s, QIM_STORE_MEMBER_ADD, 2, 0);    /* v2 */
-  change1(e->s, QIM_STORE_MEMBER_ADD, 3, 0);    /* v3 */
+  change1(e->s, QIM_STORE_MEMBER_ADD, 2, 0); /* v2 */
+  change1(e->s, QIM_STORE_MEMBER_ADD, 3, 0); /* v3 */
   change1(e->s, QIM_STORE_MEMBER_ADD, 3, QIM_E_GROUP_ALREADY_EXISTS);
   change1(e->s, QIM_STORE_MEMBER_ADD, 4, QIM_E_GROUP_MEMBER_LIMIT_EXCEEDED);
-  change1(e->s, QIM_STORE_MEMBER_BAN, 2, 0);    /* v4 */
+  change1(e->s, QIM_STORE_MEMBER_BAN, 2, 0); /* v4 */
   change1(e->s, QIM_STORE_MEMBER_ADD, 2, QIM_E_GROUP_PERMISSION_DENIED);
   change1(e->s, QIM_STORE_MEMBER_REMOVE, 9, QIM_E_GROUP_NOT_FOUND);
   assert_int_equal(members_at(e->s, 1, 0), 1);
@@ -345,16 +350,138 @@ static void test_wipe_body_erases_history_and_intent(void **state) {
   qim_commit_intent_free(&p);
 }
 
+static void test_reserve_with_zero_cmid_is_invalid(void **state) {
+  env *e = *state;
+  fx_create_group(e->s, 1, 1);
+  qim_commit_intent p = fx_proposal(1, 1, 1, "x");
+  memset(p.key.client_message_id.b, 0, 16);
+  qim_store_intent_reserve_req r = {0};
+  r.proposal = &p;
+  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &r),
+                   QIM_E_MESSAGE_STORE_INVALID_CLIENT_MESSAGE_ID);
+  qim_commit_intent_free(&p);
+}
+
+/* ---- mailboxes --------------------------------------------------------------------------- */
+
+typedef struct mbatch {
+  qim_mailbox_entry entries[4];
+  uint32_t chunks[4];
+  qim_append_mailbox_batch b;
+  qim_store_mailbox_append_req r;
+} mbatch;
+
+/* `n` entries (ordinals 0..n-1) for user 1 at (epoch, offset), as chunk `chunk` of a
+ * dispatch whose progress then lists chunks 0..chunk (or only `chunk` when !prefix). */
+static void mbatch_init(mbatch *m, qim_shard_epoch epoch, uint64_t offset, int n, uint32_t chunk,
+                        bool prefix, qim_shard_epoch owner_epoch) {
+  memset(m, 0, sizeof *m);
+  qim_shard_config cfg = fx_options().shards;
+  qim_append_mailbox_batch *b = &m->b;
+  b->shard = qim_shard_of_user(&cfg, fx_tenant(), fx_user(1));
+  b->lane = qim_lane_of_user(&cfg, fx_tenant(), fx_user(1));
+  b->dispatch_id.b[0] = 0xD1;
+  b->dispatch_id.b[15] = (uint8_t)offset;
+  b->chunk_id = chunk;
+  b->mailbox_seq = qim_mailbox_seq_make(epoch, offset);
+  for (int i = 0; i < n; i++) {
+    qim_mailbox_entry *en = &m->entries[i];
+    en->tenant_id = fx_tenant();
+    en->user_id = fx_user(1);
+    en->mailbox_seq = b->mailbox_seq;
+    en->event_ordinal = (uint8_t)i;
+    en->event_id = qim_event_id_make(b->mailbox_seq, (uint8_t)i);
+    en->event_type = i ? QIM_EVENT_TYPE_MENTION : QIM_EVENT_TYPE_MESSAGE;
+    en->coordinates.conversation_id = fx_conv(1);
+    en->coordinates.message_id.b[15] = (uint8_t)offset;
+  }
+  b->entries = m->entries;
+  b->entry_count = (size_t)n;
+  size_t k = 0;
+  for (uint32_t c = prefix ? 0 : chunk; c <= chunk; c++) m->chunks[k++] = c;
+  b->progress = (qim_dispatch_progress){b->dispatch_id, b->shard, b->lane, m->chunks, k, false, 0};
+  m->r.batch = b;
+  m->r.owner_epoch = owner_epoch;
+}
+
+static void test_mailbox_append_is_fenced_idempotent_and_checks_progress(void **state) {
+  env *e = *state;
+  mbatch m;
+  mbatch_init(&m, 0, 1, 1, 0, true, 0);
+  qim_store_shard_takeover_req t = {0};
+  t.shard = m.b.shard;
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.shard_takeover, &t), 0);
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), QIM_E_MATERIALIZE_SHARD_NOT_OWNED);
+  mbatch_init(&m, 1, 5, 1, 0, true, 1);
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+  assert_int_equal(m.r.out.mailbox_seq, qim_mailbox_seq_make(1, 5));
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0); /* replay */
+  assert_int_equal(m.r.out.mailbox_seq, qim_mailbox_seq_make(1, 5));
+  /* chunk 1 of the same dispatch whose progress forgets chunk 0: going backwards */
+  mbatch_init(&m, 1, 5, 1, 1, false, 1);
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r),
+                   QIM_E_MATERIALIZE_PROGRESS_CONFLICT);
+  mbatch_init(&m, 1, 5, 1, 1, true, 1);
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+
+  qim_store_progress_get_req pg = {0};
+  pg.dispatch_id = m.b.dispatch_id;
+  pg.lane = m.b.lane;
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.progress_get, &pg), 0);
+  assert_true(pg.out_found);
+  assert_int_equal(pg.out.completed_chunk_count, 2);
+  qim_free(pg.out.completed_chunks);
+}
+
+static int range(qim_store *s, uint32_t max_items, qim_store_mailbox_range_req *r) {
+  memset(r, 0, sizeof *r);
+  r->query = (qim_mailbox_range_query){fx_tenant(), fx_user(1), 0, UINT64_MAX, max_items, 0};
+  return QIM_STORE_SYNC(s, mailboxes.range, r);
+}
+
+static void range_free(qim_store_mailbox_range_req *r) {
+  for (size_t i = 0; i < r->out_count; i++) qim_mailbox_entry_free(&r->out_entries[i]);
+  qim_free(r->out_entries);
+}
+
+static void test_mailbox_range_keeps_event_groups_whole(void **state) {
+  env *e = *state;
+  mbatch m;
+  mbatch_init(&m, 0, 1, 3, 0, true, 0); /* a group of 3 at seq (0, 1) */
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+  mbatch_init(&m, 0, 2, 2, 0, true, 0); /* a group of 2 at seq (0, 2) */
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+  qim_store_mailbox_range_req r;
+  assert_int_equal(range(e->s, 4, &r), 0);
+  assert_int_equal(r.out_count, 3); /* the second group would be split: next page */
+  assert_true(r.out_has_more);
+  range_free(&r);
+  assert_int_equal(range(e->s, 5, &r), 0);
+  assert_int_equal(r.out_count, 5);
+  assert_false(r.out_has_more);
+  assert_int_equal(r.out_entries[4].event_ordinal, 1);
+  range_free(&r);
+  assert_int_equal(range(e->s, 2, &r), QIM_E_MAILBOX_GROUP_TOO_LARGE);
+  assert_null(r.out_entries);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_log_offsets_dense_from_one_and_keys_idempotent, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_log_offsets_dense_from_one_and_keys_idempotent, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_log_trim_respects_consumer_and_protect, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_takeover_bumps_epoch_fences_and_stamps_dispatch, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_reserve_fresh_existing_committed_and_reused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_takeover_bumps_epoch_fences_and_stamps_dispatch, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_reserve_fresh_existing_committed_and_reused, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_reserve_by_non_member_is_denied, setup, teardown),
       cmocka_unit_test_setup_teardown(test_outboxed_requires_predecessors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_membership_versions_read_exactly, setup, teardown),
       cmocka_unit_test_setup_teardown(test_wipe_body_erases_history_and_intent, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reserve_with_zero_cmid_is_invalid, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mailbox_append_is_fenced_idempotent_and_checks_progress,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mailbox_range_keeps_event_groups_whole, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
