@@ -20,6 +20,7 @@
 #include "mailbox/mailbox.h"
 #include "qim/err.h"
 #include "qim/ids.h"
+#include "qim/record.h"
 #include "qim/shard.h"
 
 /* The seeds are signed with this key: 32 bytes 0x01..0x20. */

@@ -39,7 +39,7 @@ while read -r name max_len; do
     "$out/corpus/$name" "$root/tests/fuzz/corpus/$name" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   added=$(sed -n 's/^stat::new_units_added: *//p' "$log" | tail -1)
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
   verdict=ok
   if [[ $rc -ne 0 ]]; then
     verdict="CRASHED (exit $rc): $(grep -m1 -E 'ERROR|invariant failed' "$log" || true)"
