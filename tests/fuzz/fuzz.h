@@ -23,17 +23,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 /* Aborts with the invariant's text: libFuzzer saves the input as a crash artifact. */
-#define FUZZ_CHECK(cond)                                                                      \
-  do {                                                                                        \
-    if (!(cond)) {                                                                            \
-      fprintf(stderr, "%s:%d: fuzz invariant failed: %s\n", __FILE__, __LINE__, #cond);       \
-      abort();                                                                                \
-    }                                                                                         \
+#define FUZZ_CHECK(cond)                                                                \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
+      fprintf(stderr, "%s:%d: fuzz invariant failed: %s\n", __FILE__, __LINE__, #cond); \
+      abort();                                                                          \
+    }                                                                                   \
   } while (0)
 
 /* Called first by every LLVMFuzzerInitialize. Errors raised while fuzzing are not evidence
  * for the contract table (random inputs, millions of them): stop recording them. */
-static inline void fuzz_init(void) { unsetenv("QIM_ERRLOG"); }
+static inline void fuzz_init(void) {
+  unsetenv("QIM_ERRLOG");
+}
 
 /* A growable byte log. */
 typedef struct fuzz_log {
@@ -52,7 +54,9 @@ static inline void fuzz_log_put(fuzz_log *l, const void *p, size_t n) {
   l->n += n;
 }
 
-static inline void fuzz_log_u64(fuzz_log *l, uint64_t v) { fuzz_log_put(l, &v, sizeof v); }
+static inline void fuzz_log_u64(fuzz_log *l, uint64_t v) {
+  fuzz_log_put(l, &v, sizeof v);
+}
 
 /* A NUL-terminated string, or a marker for NULL (so "" and NULL differ). */
 static inline void fuzz_log_str(fuzz_log *l, const char *s) {

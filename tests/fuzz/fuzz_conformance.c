@@ -24,7 +24,6 @@
  * Seeds: tests/fuzz/corpus/conformance/ (the suite's vectors and its self-test vectors).
  */
 #include "../conformance/conf_vector.c"
-
 #include "fuzz.h"
 #include "qim/record.h"
 
@@ -77,7 +76,8 @@ static void fz_scalars(conf_ctx *c, json_t *v) {
   qim_log_stream s, s2;
   if (fz_result(c, conf_val_stream(c, v, "stream", &s)) == 0) {
     json_t *j = conf_json_stream(s);
-    FUZZ_CHECK(conf_val_stream(c, j, "stream", &s2) == 0 && s2.kind == s.kind && s2.shard == s.shard);
+    FUZZ_CHECK(conf_val_stream(c, j, "stream", &s2) == 0 && s2.kind == s.kind &&
+               s2.shard == s.shard);
     json_decref(j);
   }
   fz_reset(c);
@@ -86,10 +86,10 @@ static void fz_scalars(conf_ctx *c, json_t *v) {
 /* A member read by key: the decoders that take (object, key). */
 static void fz_keyed(conf_ctx *c, json_t *obj, const char *key) {
   static const char *const *const tables[] = {
-      conf_names_conv_kind,   conf_names_role,          conf_names_member_op,
-      conf_names_commit_state, conf_names_message_type, conf_names_retention,
-      conf_names_message_state, conf_names_direction,   conf_names_event_type,
-      conf_names_reserve_kind, conf_names_loaded_kind,  conf_names_audience};
+      conf_names_conv_kind,     conf_names_role,         conf_names_member_op,
+      conf_names_commit_state,  conf_names_message_type, conf_names_retention,
+      conf_names_message_state, conf_names_direction,    conf_names_event_type,
+      conf_names_reserve_kind,  conf_names_loaded_kind,  conf_names_audience};
   int e, e2;
   const char *const *names = tables[fuzz_hash((const uint8_t *)key, strlen(key)) % 12];
   if (fz_result(c, conf_get_enum(c, obj, key, names, &e)) == 0) {
@@ -144,8 +144,8 @@ static void fz_content(conf_ctx *c, json_t *v) {
   }
   qim_commit_key key, key2;
   if (fz_result(c, conf_dec_key(c, v, &key)) == 0) {
-    json_t *j = json_pack("{s:o,s:o,s:o}", "tenant_id", conf_json_u128(key.tenant_id.v), "sender_id",
-                          conf_json_u128(key.sender_id.v), "client_message_id",
+    json_t *j = json_pack("{s:o,s:o,s:o}", "tenant_id", conf_json_u128(key.tenant_id.v),
+                          "sender_id", conf_json_u128(key.sender_id.v), "client_message_id",
                           conf_json_id16(key.client_message_id.b));
     FUZZ_CHECK(conf_dec_key(c, j, &key2) == 0 && memcmp(&key, &key2, sizeof key) == 0);
     json_decref(j);
@@ -230,7 +230,8 @@ static void fz_walk(conf_ctx *c, json_t *v, size_t *budget) {
   fz_reset(c);
 }
 
-/* ---- the vector, step by step ------------------------------------------------------------------ */
+/* ---- the vector, step by step ------------------------------------------------------------------
+ */
 
 /* True when a value holds no "$" string or key (so no matcher or reference). */
 static bool fz_plain(json_t *v) {

@@ -86,7 +86,8 @@ static void fuzz_signed(const uint8_t *data, size_t size) {
   FUZZ_CHECK(qim_mailbox_cursor_verify(kKey, &kShards, &back, &actor) == 0);
   qim_authenticated_actor other = actor;
   other.device_id.v.lo ^= 1;
-  FUZZ_CHECK(qim_mailbox_cursor_verify(kKey, &kShards, &back, &other) == QIM_E_MAILBOX_CURSOR_INVALID);
+  FUZZ_CHECK(qim_mailbox_cursor_verify(kKey, &kShards, &back, &other) ==
+             QIM_E_MAILBOX_CURSOR_INVALID);
   qim_mailbox_cursor_free(&back);
   uint32_t h = fuzz_hash(data, size);
   size_t at = h % QIM_MAILBOX_CURSOR_TOKEN_LEN;
@@ -94,7 +95,8 @@ static void fuzz_signed(const uint8_t *data, size_t size) {
   FUZZ_CHECK(pos != NULL);
   tok[at] = kB64url[(size_t)(pos - kB64url + 1 + (h >> 8) % 63) % 64]; /* another character */
   if (qim_mailbox_cursor_parse(tok, QIM_MAILBOX_CURSOR_TOKEN_LEN, &back) == 0) {
-    FUZZ_CHECK(qim_mailbox_cursor_verify(kKey, &kShards, &back, &actor) == QIM_E_MAILBOX_CURSOR_INVALID);
+    FUZZ_CHECK(qim_mailbox_cursor_verify(kKey, &kShards, &back, &actor) ==
+               QIM_E_MAILBOX_CURSOR_INVALID);
     qim_mailbox_cursor_free(&back);
   }
   qim_mailbox_cursor_free(&c);

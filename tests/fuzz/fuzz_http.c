@@ -53,7 +53,8 @@ static void check_upgrade(const qim_http_request *r) {
   FUZZ_CHECK(r->header[QIM_HTTP_H_UPGRADE] && r->header[QIM_HTTP_H_CONNECTION]);
   FUZZ_CHECK(qim_http_has_token(r->header[QIM_HTTP_H_UPGRADE], "websocket"));
   FUZZ_CHECK(qim_http_has_token(r->header[QIM_HTTP_H_CONNECTION], "upgrade"));
-  FUZZ_CHECK(r->header[QIM_HTTP_H_WS_VERSION] && strcmp(r->header[QIM_HTTP_H_WS_VERSION], "13") == 0);
+  FUZZ_CHECK(r->header[QIM_HTTP_H_WS_VERSION] &&
+             strcmp(r->header[QIM_HTTP_H_WS_VERSION], "13") == 0);
   const char *key = r->header[QIM_HTTP_H_WS_KEY];
   FUZZ_CHECK(key && qim_http_ws_key_valid(key) && strlen(key) == 24);
   char accept[QIM_HTTP_ACCEPT_LEN + 1];
@@ -100,7 +101,9 @@ static int run(const uint8_t *data, size_t size, const limits *lim, size_t step,
   }
   const qim_http_request *r = qim_http_parser_request(&p);
   FUZZ_CHECK((rc == 0) == (r != NULL));
-  int status = rc == QIM_AGAIN ? 0 : rc < 0 ? qim_http_error_status(rc) : qim_http_upgrade_status(r);
+  int status = rc == QIM_AGAIN ? 0
+               : rc < 0        ? qim_http_error_status(rc)
+                               : qim_http_upgrade_status(r);
   FUZZ_CHECK(status_known(status));
   fuzz_log_u64(log, (uint64_t)(int64_t)rc);
   fuzz_log_u64(log, (uint64_t)status);
@@ -143,7 +146,8 @@ static void fuzz_helpers(const uint8_t *data, size_t size) {
   if (qim_http_ws_key_valid(s)) FUZZ_CHECK(strlen(s) == 24 && s[22] == '=' && s[23] == '=');
   char out[8];
   int rc = qim_http_query_param(s, "a", out, sizeof out);
-  FUZZ_CHECK(rc == -ENOENT || rc == -EINVAL || rc == -ENOSPC || (rc >= 0 && (size_t)rc < sizeof out));
+  FUZZ_CHECK(rc == -ENOENT || rc == -EINVAL || rc == -ENOSPC ||
+             (rc >= 0 && (size_t)rc < sizeof out));
   (void)qim_http_has_token(s, "upgrade");
 }
 
@@ -154,7 +158,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  for (size_t i = 0; i < sizeof kLimits / sizeof kLimits[0]; i++) fuzz_limits(data, size, &kLimits[i]);
+  for (size_t i = 0; i < sizeof kLimits / sizeof kLimits[0]; i++)
+    fuzz_limits(data, size, &kLimits[i]);
   fuzz_helpers(data, size);
   return 0;
 }

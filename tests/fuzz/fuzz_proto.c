@@ -257,8 +257,11 @@ static void check_decoded(const qim_proto_msg *m) {
     check_relayed(check_frame(f, len), "data", "content", m->u.pub.content);
   }
   if (m->kind == QIM_PROTO_NOTE && m->u.note.payload) {
-    qim_proto_info_frame i = {.topic = m->topic, .from = "usrFuzz", .what = "data",
-                              .seq = m->u.note.seq, .event = m->u.note.event,
+    qim_proto_info_frame i = {.topic = m->topic,
+                              .from = "usrFuzz",
+                              .what = "data",
+                              .seq = m->u.note.seq,
+                              .event = m->u.note.event,
                               .payload = m->u.note.payload};
     f = qim_proto_info(&i, &len);
     check_relayed(check_frame(f, len), "info", "payload", m->u.note.payload);

@@ -22,14 +22,24 @@
 #include "qim/record.h"
 
 /* One decoder with its companions, behind a uniform interface. */
-#define CODEC(T, name)                                                                        \
-  static int name##_dec(const uint8_t *p, size_t n, void *v) { return qim_##name##_decode(p, n, v); } \
-  static int name##_enc(const void *v, qim_bytes *o) { return qim_##name##_encode(v, o); }    \
-  static void name##_free(void *v) { qim_##name##_free(v); }                                  \
-  static void name##_copy(void *d, const void *s) { qim_##name##_copy(d, s); }                \
-  static int name##_eq(const void *a, const void *b) { return qim_##name##_equal(a, b); }     \
-  static const codec name##_codec = {#name, sizeof(T), name##_dec, name##_enc, name##_free,   \
-                                     name##_copy, name##_eq};
+#define CODEC(T, name)                                                                 \
+  static int name##_dec(const uint8_t *p, size_t n, void *v) {                         \
+    return qim_##name##_decode(p, n, v);                                               \
+  }                                                                                    \
+  static int name##_enc(const void *v, qim_bytes *o) {                                 \
+    return qim_##name##_encode(v, o);                                                  \
+  }                                                                                    \
+  static void name##_free(void *v) {                                                   \
+    qim_##name##_free(v);                                                              \
+  }                                                                                    \
+  static void name##_copy(void *d, const void *s) {                                    \
+    qim_##name##_copy(d, s);                                                           \
+  }                                                                                    \
+  static int name##_eq(const void *a, const void *b) {                                 \
+    return qim_##name##_equal(a, b);                                                   \
+  }                                                                                    \
+  static const codec name##_codec = {#name,       sizeof(T),   name##_dec, name##_enc, \
+                                     name##_free, name##_copy, name##_eq};
 
 typedef struct codec {
   const char *name;

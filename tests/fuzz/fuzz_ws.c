@@ -180,11 +180,16 @@ static bool ref_utf8(const uint8_t *s, size_t n) {
     uint8_t c = s[i];
     size_t k;
     uint32_t cp;
-    if (c < 0x80) k = 0, cp = c;
-    else if ((c & 0xE0) == 0xC0) k = 1, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0) k = 2, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0) k = 3, cp = c & 0x07;
-    else return false;
+    if (c < 0x80)
+      k = 0, cp = c;
+    else if ((c & 0xE0) == 0xC0)
+      k = 1, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0)
+      k = 2, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0)
+      k = 3, cp = c & 0x07;
+    else
+      return false;
     if (n - i <= k) return false;
     for (size_t j = 1; j <= k; j++) {
       if ((s[i + j] & 0xC0) != 0x80) return false;

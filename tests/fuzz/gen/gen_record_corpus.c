@@ -40,11 +40,14 @@ static void id16(uint8_t b[16], uint8_t seed) {
   for (int i = 0; i < 16; i++) b[i] = (uint8_t)(seed * 17 + i);
 }
 
-static qim_u128 u128(uint64_t hi, uint64_t lo) { return (qim_u128){hi, lo}; }
+static qim_u128 u128(uint64_t hi, uint64_t lo) {
+  return (qim_u128){hi, lo};
+}
 
 static qim_message_content content(int kind) {
   qim_message_content c = {.message_type = QIM_MESSAGE_TYPE_TEXT, .schema_version = 1};
-  const char *txt = kind == 0 ? "{\"txt\":\"hello\"}" : "{\"txt\":\"report\",\"fmt\":[{\"tp\":\"ST\"}]}";
+  const char *txt =
+      kind == 0 ? "{\"txt\":\"hello\"}" : "{\"txt\":\"report\",\"fmt\":[{\"tp\":\"ST\"}]}";
   c.payload_or_ciphertext.n = strlen(txt);
   c.payload_or_ciphertext.p = qim_memdup(txt, c.payload_or_ciphertext.n);
   if (kind == 1) {
@@ -106,8 +109,11 @@ static qim_commit_intent intent(uint64_t seq, int group) {
 }
 
 static qim_group_dispatch dispatch(int chunks) {
-  qim_group_dispatch d = {.source_message = coords(9), .target_shard = 5, .membership_version = 12,
-                          .content = content(chunks % 3), .inline_body = chunks % 2,
+  qim_group_dispatch d = {.source_message = coords(9),
+                          .target_shard = 5,
+                          .membership_version = 12,
+                          .content = content(chunks % 3),
+                          .inline_body = chunks % 2,
                           .created_at = 1700000000123ull};
   id16(d.dispatch_id.b, 0xd1);
   id16(d.trace_id.b, 0xee);
@@ -118,17 +124,21 @@ static qim_group_dispatch dispatch(int chunks) {
     c->chunk_id = (uint32_t)i;
     c->recipient_count = (size_t)(i + 1);
     c->recipient_ids = qim_malloc(c->recipient_count * sizeof(qim_user_id));
-    for (size_t j = 0; j < c->recipient_count; j++) c->recipient_ids[j].v = u128(0, 2000 + 10 * i + j);
+    for (size_t j = 0; j < c->recipient_count; j++)
+      c->recipient_ids[j].v = u128(0, 2000 + 10 * i + j);
   }
   return d;
 }
 
 static qim_mailbox_entry entry(int variant) {
-  qim_mailbox_entry e = {.tenant_id = {u128(0, 1)}, .user_id = {u128(0, 1002)},
+  qim_mailbox_entry e = {.tenant_id = {u128(0, 1)},
+                         .user_id = {u128(0, 1002)},
                          .mailbox_seq = qim_mailbox_seq_make(3, 77 + (uint64_t)variant),
                          .event_ordinal = (uint8_t)variant,
-                         .event_type = (qim_event_type)(variant % 4), .coordinates = coords(9),
-                         .sender_id = {u128(0, 1001)}, .created_at = 1700000000456ull};
+                         .event_type = (qim_event_type)(variant % 4),
+                         .coordinates = coords(9),
+                         .sender_id = {u128(0, 1001)},
+                         .created_at = 1700000000456ull};
   e.event_id = qim_event_id_make(e.mailbox_seq, e.event_ordinal);
   if (variant != 2) {
     e.has_client_message_id = true;
@@ -180,7 +190,8 @@ int main(int argc, char **argv) {
     qim_committed_envelope env = {0};
     qim_commit_intent_copy(&env.intent, &in);
     qim_message_record_copy(&env.record, &in.record);
-    put_bytes(g ? "envelope_group.bin" : "envelope_direct.bin", &b, qim_committed_envelope_encode(&env, &b));
+    put_bytes(g ? "envelope_group.bin" : "envelope_direct.bin", &b,
+              qim_committed_envelope_encode(&env, &b));
     qim_bytes_free(&b);
     qim_committed_envelope_free(&env);
     qim_commit_intent_free(&in);
@@ -199,8 +210,10 @@ int main(int argc, char **argv) {
     qim_mailbox_entry e = entry(v);
     snprintf(name, sizeof name, "entry_%d.bin", v);
     put_bytes(name, &b, qim_mailbox_entry_encode(&e, &b));
-    if (v == 0) first = b;
-    else qim_bytes_free(&b);
+    if (v == 0)
+      first = b;
+    else
+      qim_bytes_free(&b);
     qim_mailbox_entry_free(&e);
   }
   near_misses(&first);
