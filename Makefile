@@ -13,12 +13,13 @@
 #   make bench-history  p50/p99 of a 50-message history page from a 1,000,000-message conversation
 #                (bench/history.c; BENCH_DIR on a real disk; HISTORY_BENCH_ARGS e.g. "--strict")
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
+#   make fuzz-long   every libFuzzer target for FUZZ_SECONDS (600) each, in ./build-san (tests/fuzz/long.sh)
 JOBS ?= $(shell nproc)
 # Sub-makes run by cmake --build need not announce every directory.
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san clean bench bench-store bench-commit bench-fanout bench-history
+.PHONY: deps build san run test test-gcc test-san fuzz-long clean bench bench-store bench-commit bench-fanout bench-history
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
 BENCH_MESSAGES ?= 200
@@ -53,6 +54,11 @@ test: deps
 bench: build
 	BENCH_DIR=$(BENCH_DIR) bench/run.sh $(BENCH_ARGS)
 
+# Long fuzz runs, one target after the other; a summary line per target at the end.
+FUZZ_SECONDS ?= 600
+fuzz-long: san
+	FUZZ_SECONDS=$(FUZZ_SECONDS) ./tests/fuzz/long.sh
+
 bench-store: build
 	./build/bench/qim-bench-store $(BENCH_DIR) $(BENCH_SECONDS)
 
@@ -61,6 +67,7 @@ bench-commit: build
 
 bench-fanout: build
 	./build/bench/qim-bench-fanout $(BENCH_DIR) $(BENCH_MESSAGES)
+
 bench-history: build
 	./build/bench/qim-bench-history $(BENCH_DIR) $(HISTORY_BENCH_ARGS)
 

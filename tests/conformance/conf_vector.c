@@ -95,7 +95,10 @@ static int resolve_ref(vrun *v, const char *s, json_t **out) {
   if (delta == 0) return *out = json_deep_copy(val), 0;
   if (!json_is_integer(val))
     return snprintf(v->ctx.err, sizeof v->ctx.err, "$%s is not an integer", name), -EINVAL;
-  *out = must(json_integer(json_integer_value(val) + delta));
+  json_int_t sum; /* "$x+1" on a variable near 2^63 overflowed (UBSan, via tests/fuzz) */
+  if (__builtin_add_overflow(json_integer_value(val), delta, &sum))
+    return snprintf(v->ctx.err, sizeof v->ctx.err, "$%s: the sum overflows", name), -EINVAL;
+  *out = must(json_integer(sum));
   return 0;
 }
 

@@ -105,6 +105,26 @@ static int status_of(const char *method, const char *version, const char *header
 #define GOOD_VER "Sec-WebSocket-Version: 13\r\n"
 #define GOOD_KEY "Sec-WebSocket-Key: " KEY "\r\n"
 
+/* Found by fuzzing: an upgrade request with a body got 400 when the body came in a later
+ * read, but its real answer (101 here) when everything came at once. */
+static void test_upgrade_with_body_split_from_headers_gets_the_same_answer(void **state) {
+  (void)state;
+  static const char req[] = "GET /v0/channels HTTP/1.1\r\n" GOOD_UP GOOD_VER GOOD_KEY
+                            "Content-Length: 4\r\n\r\nabcd";
+  size_t head = strlen(req) - 4;
+  for (size_t step = 0; step <= head; step += head) {
+    qim_http_parser p;
+    size_t consumed;
+    assert_int_equal(parse(&p, req, strlen(req), step, &consumed), 0);
+    assert_int_equal(consumed, strlen(req));
+    const qim_http_request *r = qim_http_parser_request(&p);
+    assert_non_null(r);
+    assert_int_equal(r->body_len, 4);
+    assert_int_equal(qim_http_upgrade_status(r), 101);
+    qim_http_parser_free(&p);
+  }
+}
+
 static void test_upgrade_status_for_each_failure(void **state) {
   (void)state;
   assert_int_equal(status_of("GET", "HTTP/1.1", GOOD_UP GOOD_VER GOOD_KEY), 101);
@@ -333,6 +353,7 @@ int main(void) {
       cmocka_unit_test(test_upgrade_request_is_parsed_whole_and_byte_by_byte),
       cmocka_unit_test(test_apikey_header_wins_over_query),
       cmocka_unit_test(test_upgrade_status_for_each_failure),
+      cmocka_unit_test(test_upgrade_with_body_split_from_headers_gets_the_same_answer),
       cmocka_unit_test(test_ws_key_validation),
       cmocka_unit_test(test_oversized_header_block_is_431),
       cmocka_unit_test(test_body_is_bounded),
