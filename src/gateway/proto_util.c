@@ -9,6 +9,7 @@
 
 #include "gateway/proto_int.h"
 #include "qim/err.h"
+#include "qim/ids.h"
 
 /* ---- access modes ------------------------------------------------------------ */
 
@@ -244,16 +245,15 @@ uint32_t qim_proto_version_parse(const char *s) {
 
 /* ---- base64 ------------------------------------------------------------------------- */
 
-static const char b64url_chars[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/* Value of a base64 character of the standard (url=false) or URL-safe alphabet, or -1. */
-static int b64_value(char c, bool url) {
+/* Value of a character of the standard base64 alphabet, or -1. The lenient decoder below
+ * stays here (core's is strict about leftover bits) because Go's decoder, which Tinode
+ * clients are written against, ignores them. */
+static int b64_value(char c) {
   if (c >= 'A' && c <= 'Z') return c - 'A';
   if (c >= 'a' && c <= 'z') return c - 'a' + 26;
   if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == (url ? '-' : '+')) return 62;
-  if (c == (url ? '_' : '/')) return 63;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
   return -1;
 }
 
@@ -267,7 +267,7 @@ int qim__proto_b64std_decode(const char *s, size_t len, uint8_t *out, size_t *ou
     uint32_t acc = 0;
     size_t valid = (i + 4 == len) ? 4 - pad : 4;
     for (size_t k = 0; k < 4; k++) {
-      int v = k < valid ? b64_value(s[i + k], false) : 0;
+      int v = k < valid ? b64_value(s[i + k]) : 0;
       if (v < 0) return -EINVAL;
       acc = acc << 6 | (uint32_t)v;
     }
@@ -280,39 +280,17 @@ int qim__proto_b64std_decode(const char *s, size_t len, uint8_t *out, size_t *ou
 }
 
 void qim_proto_cmid_format(const qim_client_message_id *id, char out[QIM_PROTO_CMID_CAP]) {
-  size_t o = 0;
-  for (size_t i = 0; i < 16; i += 3) {
-    uint32_t acc = (uint32_t)id->b[i] << 16;
-    if (i + 1 < 16) acc |= (uint32_t)id->b[i + 1] << 8;
-    if (i + 2 < 16) acc |= id->b[i + 2];
-    size_t chars = i + 2 < 16 ? 4 : 2; /* the last group holds one byte: 2 characters */
-    for (size_t k = 0; k < chars; k++) out[o++] = b64url_chars[(acc >> (18 - 6 * k)) & 63];
-  }
-  out[o] = '\0';
+  /* 16 bytes always fit the 23-byte buffer, so the encoder cannot fail here. */
+  (void)qim_b64url_encode(id->b, sizeof id->b, out, QIM_PROTO_CMID_CAP);
 }
 
+/* The canonical 22-character base64url spelling of 16 non-zero bytes, and nothing else. */
 int qim_proto_cmid_parse(const char *s, size_t len, qim_client_message_id *out) {
-  if (len != QIM_PROTO_CMID_LEN) return qim_err_raise(QIM_E_COMMIT_INVALID_CLIENT_MESSAGE_ID);
-  uint8_t b[18];
+  uint8_t b[16];
   size_t n = 0;
-  for (size_t i = 0; i < len; i += 4) {
-    uint32_t acc = 0;
-    size_t chars = i + 4 <= len ? 4 : len - i;
-    for (size_t k = 0; k < 4; k++) {
-      int v = k < chars ? b64_value(s[i + k], true) : 0;
-      if (v < 0) return qim_err_raise(QIM_E_COMMIT_INVALID_CLIENT_MESSAGE_ID);
-      acc = acc << 6 | (uint32_t)v;
-    }
-    b[n++] = (uint8_t)(acc >> 16);
-    b[n++] = (uint8_t)(acc >> 8);
-    b[n++] = (uint8_t)acc;
-  }
-  /* 22 characters carry 132 bits: the 4 bits after the 16th byte must be zero. */
-  uint8_t any = 0;
-  for (size_t i = 0; i < 16; i++) any |= b[i];
-  if (b[16] != 0 || !any) return qim_err_raise(QIM_E_COMMIT_INVALID_CLIENT_MESSAGE_ID);
-  memcpy(out->b, b, 16);
-  return 0;
+  if (len != QIM_PROTO_CMID_LEN || qim_b64url_decode(s, len, b, sizeof b, &n) < 0 || n != sizeof b)
+    return qim_err_raise(QIM_E_COMMIT_INVALID_CLIENT_MESSAGE_ID);
+  return qim_client_message_id_make(b, out);
 }
 
 /* ---- name tables ------------------------------------------------------------------ */
