@@ -10,6 +10,9 @@
 #                BENCH_ARGS=--quick for a fast check of the harness)
 #   make bench-fanout  the materialization benchmark (mailbox entries/s for a 1,000-member group,
 #                BENCH_MESSAGES messages per layout, default 200); BENCH_DIR as above
+#   make bench-peers  qim beside ejabberd, Prosody (XMPP, SQLite) and Tinode's PostgreSQL path, same
+#                scenario, disk and tmpfs runs (< 20 min; installs its Debian and npm packages); rewrites
+#                the peers block of BENCHMARKS.md (bench/peers/run.sh; BENCH_ARGS=--quick for a fast check)
 #   make bench-history  p50/p99 of a 50-message history page from a 1,000,000-message conversation
 #                (bench/history.c; BENCH_DIR on a real disk; HISTORY_BENCH_ARGS e.g. "--strict")
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
@@ -19,7 +22,7 @@ JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san fuzz-long clean bench bench-store bench-commit bench-fanout bench-history
+.PHONY: deps build san run test test-gcc test-san fuzz-long clean bench bench-store bench-commit bench-fanout bench-history bench-peers
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
 BENCH_MESSAGES ?= 200
@@ -67,6 +70,9 @@ bench-commit: build
 
 bench-fanout: build
 	./build/bench/qim-bench-fanout $(BENCH_DIR) $(BENCH_MESSAGES)
+
+bench-peers: build
+	BENCH_DIR=$(BENCH_DIR) bench/peers/run.sh $(BENCH_ARGS)
 
 bench-history: build
 	./build/bench/qim-bench-history $(BENCH_DIR) $(HISTORY_BENCH_ARGS)

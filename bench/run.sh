@@ -249,5 +249,8 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$ROOT" diff --quiet 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
 CPU=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)
 MACHINE="$(nproc) cores ($CPU), $(awk '/MemTotal/ {printf "%.1f GB", $2/1048576}' /proc/meminfo), Linux $(uname -r), BENCH_DIR $BENCH_DIR ($(df -T "$BENCH_DIR" | awk 'NR==2 {print $2}'))"
+# The peers block (bench/peers/run.sh, issue 11) is kept across rewrites.
+PEERS_BLOCK=$(sed -n '/^<!-- peers:begin/,/^<!-- peers:end -->/p' "$OUT" 2>/dev/null || true)
 "$ROOT/bench/report.sh" "$RESULTS" "$WORK" "$COMMIT" "$MACHINE" "$QUICK" > "$OUT"
+[ -n "$PEERS_BLOCK" ] && printf '\n%s\n' "$PEERS_BLOCK" >> "$OUT"
 log "wrote $OUT"
