@@ -144,17 +144,24 @@ async function setupPairs(o, conns) {
   return targets;
 }
 
-async function burst(o) {
+// Connects n users (n even), pairs them, and starts counting deliveries.
+async function pairsReady(o) {
   const n = o.users - (o.users % 2);
   const conns = await connectAll(o, accountsOf(o, n));
   const targets = await setupPairs(o, conns);
   const tally = new Tally();
   conns.forEach((c, i) => c.onMessage((t) => tally.on(i, t)));
   await sleep(500);
-  const expected = n * o.messages;
+  return { n, conns, targets, tally };
+}
+
+// The burst of burst and group: senders 0..K-1 write `messages` each at once; waits for the
+// expected deliveries (bounded), closes the connections. The figure is deliveries ÷ (last
+// delivery − first send).
+async function blast(o, conns, targets, K, expected, tally) {
   const s0 = procSample(o.serverPid);
   const t0 = nowUs();
-  for (let m = 0; m < o.messages; m++) for (let i = 0; i < n; i++) conns[i].send(targets[i], body(i, m, nowUs()));
+  for (let m = 0; m < o.messages; m++) for (let i = 0; i < K; i++) conns[i].send(targets[i], body(i, m, nowUs()));
   const tSent = nowUs();
   await waitFor(() => tally.delivered >= expected, o.timeout);
   const s1 = procSample(o.serverPid);
@@ -162,34 +169,38 @@ async function burst(o) {
   await Promise.all(conns.map((c) => c.close()));
   tally.lat.sort((x, y) => x - y);
   return {
-    users: n, messages: o.messages, expected, delivered: tally.delivered, lost: expected - tally.delivered, dups: tally.dups,
-    send_s: ((tSent - t0) / 1e6).toFixed(3), seconds: secs.toFixed(3), msgs_per_s: (tally.delivered / secs).toFixed(0),
+    messages: o.messages, expected, delivered: tally.delivered, lost: expected - tally.delivered, dups: tally.dups,
+    send_s: ((tSent - t0) / 1e6).toFixed(3), seconds: secs.toFixed(3), rate: (tally.delivered / secs).toFixed(0),
     lat_p50_ms: pct(tally.lat, 50).toFixed(1), lat_p99_ms: pct(tally.lat, 99).toFixed(1),
     server_cpu_pct: s1 ? cpuPct(s0, s1).toFixed(0) : '', server_rss_kb: s1 ? s1.rssKb : '',
   };
 }
 
+async function burst(o) {
+  const { n, conns, targets, tally } = await pairsReady(o);
+  const { rate, ...r } = await blast(o, conns, targets, n, n * o.messages, tally);
+  return { users: n, ...r, msgs_per_s: rate };
+}
+
 // Open loop: message n of sender q is due at t0 + (q/Q + n) * Q/R; a tick sends what is due.
-async function openLoop(o, conns, targets, senders, rate, seconds, tally, perMessage) {
-  const Q = senders.length, period = (Q / rate) * 1e6;
+async function openLoop(o, conns, targets, rate, seconds, tally) {
+  const Q = conns.length, period = (Q / rate) * 1e6;
   const t0 = nowUs() + 50000;
   const total = Math.floor(rate * seconds);
   tally.measureFrom = t0 + o.warmup * 1e6;
   const next = new Array(Q).fill(0);
-  let sent = 0, measured = 0;
+  let sent = 0;
   const lag = [];
   await new Promise((resolve) => {
     const tick = () => {
       const now = nowUs();
       for (let q = 0; q < Q; q++) {
         for (;;) {
-          const n = next[q];
-          const due = t0 + (q / Q + n) * period;
+          const due = t0 + (q / Q + next[q]) * period;
           if (sent >= total || due > now) break;
-          const i = senders[q];
-          conns[i].send(targets[i], body(i, n, Math.round(due)));
+          conns[q].send(targets[q], body(q, next[q], Math.round(due)));
           next[q]++; sent++;
-          if (due >= tally.measureFrom) { measured += perMessage; lag.push((now - due) / 1000); }
+          if (due >= tally.measureFrom) lag.push((now - due) / 1000);
         }
       }
       if (sent >= total) resolve(); else setTimeout(tick, 1);
@@ -197,18 +208,13 @@ async function openLoop(o, conns, targets, senders, rate, seconds, tally, perMes
     tick();
   });
   lag.sort((x, y) => x - y);
-  return { sent, measured, lagP99: pct(lag, 99), t0 };
+  return { sent, lagP99: pct(lag, 99) };
 }
 
 async function rateRun(o) {
-  const n = o.users - (o.users % 2);
-  const conns = await connectAll(o, accountsOf(o, n));
-  const targets = await setupPairs(o, conns);
-  const tally = new Tally();
-  conns.forEach((c, i) => c.onMessage((t) => tally.on(i, t)));
-  await sleep(500);
+  const { n, conns, targets, tally } = await pairsReady(o);
   const s0 = procSample(o.serverPid);
-  const r = await openLoop(o, conns, targets, [...Array(n).keys()], o.rate, o.duration + o.warmup, tally, 1);
+  const r = await openLoop(o, conns, targets, o.rate, o.duration + o.warmup, tally);
   const s1 = procSample(o.serverPid);
   await waitFor(() => tally.delivered >= r.sent, Math.min(o.timeout, 30));
   await Promise.all(conns.map((c) => c.close()));
@@ -228,22 +234,8 @@ async function group(o) {
   conns.forEach((c, i) => c.onMessage((t) => tally.on(i, t)));
   await sleep(500);
   const K = Math.min(o.senders, o.size);
-  const expected = K * o.messages * (o.size - 1);
-  const targets = conns.map(() => target);
-  const s0 = procSample(o.serverPid);
-  const t0 = nowUs();
-  for (let m = 0; m < o.messages; m++) for (let i = 0; i < K; i++) conns[i].send(targets[i], body(i, m, nowUs()));
-  await waitFor(() => tally.delivered >= expected, o.timeout);
-  const s1 = procSample(o.serverPid);
-  const secs = ((tally.last || nowUs()) - t0) / 1e6;
-  await Promise.all(conns.map((c) => c.close()));
-  tally.lat.sort((x, y) => x - y);
-  return {
-    size: o.size, senders: K, messages: o.messages, expected, delivered: tally.delivered, lost: expected - tally.delivered,
-    dups: tally.dups, seconds: secs.toFixed(3), deliveries_per_s: (tally.delivered / secs).toFixed(0),
-    lat_p50_ms: pct(tally.lat, 50).toFixed(1), lat_p99_ms: pct(tally.lat, 99).toFixed(1),
-    server_cpu_pct: s1 ? cpuPct(s0, s1).toFixed(0) : '', server_rss_kb: s1 ? s1.rssKb : '',
-  };
+  const { rate, ...r } = await blast(o, conns, conns.map(() => target), K, K * o.messages * (o.size - 1), tally);
+  return { size: o.size, senders: K, ...r, deliveries_per_s: rate };
 }
 
 async function main() {
