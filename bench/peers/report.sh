@@ -44,6 +44,10 @@ block() {
   echo "(latency, memory). One-to-one on qim is $([ "$QIM_DIRECT" = p2p ] && echo "its p2p topics (\`sub usr…\`)" || echo "**a 2-member group per pair** (\`--qim-direct group\`): qimd does not serve p2p topics (\`sub usr…\`) on this commit yet; \`--qim-direct p2p\` switches once it does"). The"
   echo "XMPP servers carry one-to-one as \`<message type='chat'>\` to the peer's bare JID."
   echo
+  echo "Read the ratios with the machine's load in mind (the load average above: other jobs share"
+  echo "these cores, so repeated runs move by tens of percent). A fixed-rate row whose client send"
+  echo "lag p99 is of the order of its latency p99 measured the client's scheduling, not the server."
+  echo
   local medium
   for medium in disk tmpfs; do
     grep -q "^$medium	" "$RESULTS" || continue
@@ -59,6 +63,7 @@ block() {
       echo "| $1 | $(cell $medium qim "$2" "$3") | $(cell $medium ejabberd "$2" "$3") | $(cell $medium prosody "$2" "$3") | $(ratio "$(get $medium qim "$2" "$3")" "$(get $medium ejabberd "$2" "$3")") | $(ratio "$(get $medium qim "$2" "$3")" "$(get $medium prosody "$2" "$3")") |"
     }
     row "One-to-one burst: msgs/s delivered ($(get $medium qim burst users) users, $(get $medium qim burst messages) each to their peer at once)" burst msgs_per_s
+    row "Burst: seconds the harness took to write it (the client's share of the figure above)" burst send_s
     row "Fixed rate $(num "$rate") msgs/s: p50 send→delivery ms" rate lat_p50_ms
     row "Fixed rate $(num "$rate") msgs/s: p99 send→delivery ms" rate lat_p99_ms
     row "Fixed rate: client send lag p99 ms (how late the harness wrote against its schedule)" rate lag_p99_ms
