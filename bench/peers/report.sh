@@ -117,10 +117,10 @@ block() {
   ejabberd — the per-connection traffic shaper (`c2s_shaper: normal`, 3,000 B/s) set to
   `none`; mandatory STARTTLS (`starttls_required: true`) off; in-band registration enabled
   (`mod_register`, `ip_access: all`, `registration_timeout: infinity` instead of one
-  registration per IP per 600 s); listen `backlog: 1024`; `mod_fail2ban` and
+  registration per IP per 600 s); listen `backlog: 1024` (default 5); `mod_fail2ban` and
   `mod_pres_counter` not loaded. Prosody — `mod_limits` (c2s `rate = "10kb/s"`) not loaded;
   `c2s_require_encryption = false`; `allow_registration = true`; `tcp_backlog = 1024`
-  (default 32). qimd — its per-connection send and login rate limits (`--send-rate 50`,
+  (default 128). qimd — its per-connection send and login rate limits (`--send-rate 50`,
   `--login-rate 20` by default) raised to 1,000,000.
 * **Logins**: XMPP clients use SASL PLAIN on loopback (SCRAM costs the client about a second
   of CPU per login); passwords stay stored as Debian configures them (ejabberd `scram`,
