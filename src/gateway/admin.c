@@ -54,11 +54,13 @@ static void reply_error(qim_http_reply *rep, int status, const char *text) {
 /* The calling service's name, or NULL after answering 401 (no token) or 403 (unknown). */
 static const char *authorize(qim_gateway *g, const qim_http_request *req, qim_http_reply *rep) {
   const char *tok = req->header[QIM_HTTP_H_SERVICE_TOKEN], *service = NULL;
-  if (tok && *tok && qim_config_service_for_token(g->d.cfg, tok, strlen(tok), &service) == 0) return service;
+  if (tok && *tok && qim_config_service_for_token(g->d.cfg, tok, strlen(tok), &service) == 0)
+    return service;
   int rc = QIM_E_GROUP_INTERNAL_IDENTITY_REQUIRED;
   bool none = !tok || !*tok;
-  reply_json(rep, none ? 401 : 403,
-             error_body(none ? 401 : 403, none ? "authentication required" : "permission denied", rc));
+  reply_json(
+      rep, none ? 401 : 403,
+      error_body(none ? 401 : 403, none ? "authentication required" : "permission denied", rc));
   return NULL;
 }
 
@@ -79,7 +81,9 @@ static void pipeline(const qim_http_request *req, qim_http_reply *rep, void *ud)
   }
   const char *service = authorize(g, req, rep);
   if (!service) return;
-  json_t *b = req->body ? json_loadb((const char *)req->body, req->body_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+  json_t *b = req->body
+                  ? json_loadb((const char *)req->body, req->body_len, JSON_REJECT_DUPLICATES, NULL)
+                  : NULL;
   const char *stage = json_string_value(json_object_get(b, "stage"));
   json_t *paused = json_object_get(b, "paused");
   qim_mailbox_stage st;
@@ -99,7 +103,8 @@ static void pipeline(const qim_http_request *req, qim_http_reply *rep, void *ud)
     qim_mailbox_pause(g->d.mailbox, st);
   else
     qim_mailbox_resume(g->d.mailbox, st);
-  QIM_LOGI(NULL, "gateway.pipeline_control", "service=%s stage=%s paused=%s", service, stage, p ? "true" : "false");
+  QIM_LOGI(NULL, "gateway.pipeline_control", "service=%s stage=%s paused=%s", service, stage,
+           p ? "true" : "false");
   reply_json(rep, 200, json_pack("{sssb}", "stage", stage, "paused", p));
   json_decref(b);
 }
@@ -116,9 +121,9 @@ static void stats(const qim_http_request *req, qim_http_reply *rep, void *ud) {
   reply_json(rep, 200,
              json_pack("{sIsIsIsIsIsIsIsI}", "sessions", (json_int_t)s.sessions, "authenticated",
                        (json_int_t)s.authenticated, "requests", (json_int_t)s.requests, "errors",
-                       (json_int_t)s.errors, "pushed_data", (json_int_t)s.pushed_data, "pushed_pres",
-                       (json_int_t)s.pushed_pres, "push_batches", (json_int_t)s.push_batches,
-                       "events_dropped", (json_int_t)s.events_dropped));
+                       (json_int_t)s.errors, "pushed_data", (json_int_t)s.pushed_data,
+                       "pushed_pres", (json_int_t)s.pushed_pres, "push_batches",
+                       (json_int_t)s.push_batches, "events_dropped", (json_int_t)s.events_dropped));
 }
 
 /* POST {} (any body): every owned mailbox lane runs its retention pass at its next step
@@ -136,7 +141,8 @@ static void retention(const qim_http_request *req, qim_http_reply *rep, void *ud
   reply_json(rep, 202, json_pack("{ss}", "retention", "started"));
 }
 
-/* ---- answered later: group calls and the readiness probe ----------------------------------------- */
+/* ---- answered later: group calls and the readiness probe
+ * ----------------------------------------- */
 
 #define ADMIN_LIST_MAX 1000 /* users in one request */
 
@@ -149,8 +155,8 @@ struct admin_job {
   qim_trace_id trace;
   const char *service; /* inside the configuration */
   qim_tenant_id tenant;
-  json_t *body;                /* the parsed request (owned) */
-  void (*run)(admin_job *j);   /* worker thread: sets status and reply */
+  json_t *body;              /* the parsed request (owned) */
+  void (*run)(admin_job *j); /* worker thread: sets status and reply */
   int status;
   json_t *reply;
 };
@@ -165,7 +171,8 @@ static void admin_after(uv_work_t *w, int status) {
   admin_job *j = w->data;
   gw_loop *l = j->l;
   char *t = j->reply ? json_dumps(j->reply, JSON_COMPACT) : NULL;
-  if (qim_net_http_answer(j->g->net, j->conn, j->status, "application/json", t, t ? strlen(t) : 0) != 0)
+  if (qim_net_http_answer(j->g->net, j->conn, j->status, "application/json", t,
+                          t ? strlen(t) : 0) != 0)
     QIM_LOGW(&j->trace, "gateway.admin_answer_dropped", "status=%d", j->status);
   free(t);
   json_decref(j->reply);
@@ -184,7 +191,8 @@ static void defer(qim_gateway *g, qim_http_reply *rep, admin_job *j, void (*run)
   j->work.data = j;
   rep->defer = true;
   qim__gw_loop_hold(j->l);
-  if (uv_queue_work(j->l->uv, &j->work, admin_work, admin_after)) abort(); /* invalid arguments only */
+  if (uv_queue_work(j->l->uv, &j->work, admin_work, admin_after))
+    abort(); /* invalid arguments only */
 }
 
 static void job_error(admin_job *j, int rc) {
@@ -195,7 +203,9 @@ static void job_error(admin_job *j, int rc) {
 
 /* A JSON object body, or NULL after answering 400. */
 static json_t *object_body(const qim_http_request *req, qim_http_reply *rep) {
-  json_t *b = req->body ? json_loadb((const char *)req->body, req->body_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+  json_t *b = req->body
+                  ? json_loadb((const char *)req->body, req->body_len, JSON_REJECT_DUPLICATES, NULL)
+                  : NULL;
   if (json_is_object(b)) return b;
   json_decref(b);
   reply_error(rep, 400, "malformed");
@@ -203,8 +213,10 @@ static json_t *object_body(const qim_http_request *req, qim_http_reply *rep) {
 }
 
 /* The tenant named by the request's API key (as for clients); false after answering 403. */
-static bool tenant_of(qim_gateway *g, const qim_http_request *req, qim_http_reply *rep, qim_tenant_id *t) {
-  if (req->apikey && qim_config_tenant_for_api_key(g->d.cfg, req->apikey, strlen(req->apikey), t) == 0)
+static bool tenant_of(qim_gateway *g, const qim_http_request *req, qim_http_reply *rep,
+                      qim_tenant_id *t) {
+  if (req->apikey &&
+      qim_config_tenant_for_api_key(g->d.cfg, req->apikey, strlen(req->apikey), t) == 0)
     return true;
   reply_error(rep, 403, "valid API key required");
   return false;
@@ -254,13 +266,15 @@ static int users_exist(qim_gateway *g, qim_tenant_id t, const qim_user_id *u, si
 static json_t *change_json(qim_group_id gid, const qim_group_change_result *r) {
   char name[QIM_TOPIC_NAME_CAP];
   qim_group_id_format(gid, name, sizeof name);
-  return json_pack("{sssIsI}", "group", name, "membership_version", (json_int_t)r->membership_version,
-                   "position", (json_int_t)r->position);
+  return json_pack("{sssIsI}", "group", name, "membership_version",
+                   (json_int_t)r->membership_version, "position", (json_int_t)r->position);
 }
 
-/* ---- POST /v0/admin/groups ------------------------------------------------------------------------ */
+/* ---- POST /v0/admin/groups
+ * ------------------------------------------------------------------------ */
 
-/* {"owner":"usr…", "members":["usr…"…], "public":<any JSON>} → 201 {"group","owner","membership_version"} */
+/* {"owner":"usr…", "members":["usr…"…], "public":<any JSON>} → 201
+ * {"group","owner","membership_version"} */
 static void create_run(admin_job *j) {
   qim_gateway *g = j->g;
   qim_user_id owner, *inv = NULL;
@@ -279,8 +293,10 @@ static void create_run(admin_job *j) {
     rc = qim_group_create(g->d.groups, &a, &cr, &j->trace, &created, NULL);
   }
   if (rc == 0 && pub_json) {
-    qim_store_conv_update_req u = {.tenant_id = j->tenant, .conversation_id = qim_group_conversation(gid),
-                                   .public_json = pub_json, .now = qim__gw_now(g)};
+    qim_store_conv_update_req u = {.tenant_id = j->tenant,
+                                   .conversation_id = qim_group_conversation(gid),
+                                   .public_json = pub_json,
+                                   .now = qim__gw_now(g)};
     rc = QIM_STORE_SYNC(g->d.store, conversations.update, &u);
   }
   if (rc) {
@@ -292,13 +308,15 @@ static void create_run(admin_job *j) {
     j->status = 201;
     j->reply = json_pack("{sssssI}", "group", gname, "owner", oname, "membership_version",
                          (json_int_t)created.membership_version);
-    QIM_LOGI(&j->trace, "gateway.admin_group_created", "service=%s group=%s owner=%s", j->service, gname, oname);
+    QIM_LOGI(&j->trace, "gateway.admin_group_created", "service=%s group=%s owner=%s", j->service,
+             gname, oname);
   }
   free(pub_json);
   qim_free(inv);
 }
 
-/* ---- POST /v0/admin/members ------------------------------------------------------------------------ */
+/* ---- POST /v0/admin/members
+ * ------------------------------------------------------------------------ */
 
 /* {"group","add":[…],"remove":[…],"subject"?}: AdminMembershipChange by the service. */
 static int members_change(admin_job *j, qim_group_id gid, qim_group_change_result *res) {
@@ -308,7 +326,8 @@ static int members_change(admin_job *j, qim_group_id gid, qim_group_change_resul
   if (rc == 0 && ch.add_count + ch.remove_count == 0) rc = -EINVAL;
   if (rc == 0) rc = users_exist(j->g, j->tenant, ch.add, ch.add_count);
   const char *subject = json_string_value(json_object_get(j->body, "subject"));
-  qim_internal_principal p = {.service_name = (char *)j->service, .subject = (char *)(subject ? subject : j->service)};
+  qim_internal_principal p = {.service_name = (char *)j->service,
+                              .subject = (char *)(subject ? subject : j->service)};
   if (rc == 0) rc = qim_group_admin_change(j->g->d.groups, &p, j->tenant, &ch, &j->trace, res);
   qim_free(ch.add);
   qim_free(ch.remove);
@@ -317,7 +336,8 @@ static int members_change(admin_job *j, qim_group_id gid, qim_group_change_resul
 
 /* {"group","op":"role"|"ban","user","role"?,"as"}: made on behalf of member `as`, whose
  * modes the group rules check (the group module has no principal form of these). */
-static int members_as(admin_job *j, qim_group_id gid, const char *op, qim_group_change_result *res) {
+static int members_as(admin_job *j, qim_group_id gid, const char *op,
+                      qim_group_change_result *res) {
   qim_user_id as, user;
   if (!user_of(j->body, "as", &as) || !user_of(j->body, "user", &user)) return -EINVAL;
   qim_authenticated_actor a = {.tenant_id = j->tenant, .user_id = as};
@@ -348,12 +368,13 @@ static void members_run(admin_job *j) {
   }
   j->status = 200;
   j->reply = change_json(gid, &res);
-  QIM_LOGI(&j->trace, "gateway.admin_members", "service=%s group=%s op=%s version=%llu", j->service, gn,
-           op ? op : "change", (unsigned long long)res.membership_version);
+  QIM_LOGI(&j->trace, "gateway.admin_members", "service=%s group=%s op=%s version=%llu", j->service,
+           gn, op ? op : "change", (unsigned long long)res.membership_version);
 }
 
 /* The shared front of both group routes: POST, a service token, an API key, a JSON object. */
-static void group_route(qim_gateway *g, const qim_http_request *req, qim_http_reply *rep, void (*run)(admin_job *)) {
+static void group_route(qim_gateway *g, const qim_http_request *req, qim_http_reply *rep,
+                        void (*run)(admin_job *)) {
   if (strcmp(req->method, "POST") != 0) {
     reply_error(rep, 405, "operation or method not allowed");
     return;
@@ -370,10 +391,15 @@ static void group_route(qim_gateway *g, const qim_http_request *req, qim_http_re
   defer(g, rep, j, run);
 }
 
-static void groups(const qim_http_request *req, qim_http_reply *rep, void *ud) { group_route(ud, req, rep, create_run); }
-static void members(const qim_http_request *req, qim_http_reply *rep, void *ud) { group_route(ud, req, rep, members_run); }
+static void groups(const qim_http_request *req, qim_http_reply *rep, void *ud) {
+  group_route(ud, req, rep, create_run);
+}
+static void members(const qim_http_request *req, qim_http_reply *rep, void *ud) {
+  group_route(ud, req, rep, members_run);
+}
 
-/* ---- GET /readyz ------------------------------------------------------------------------------------ */
+/* ---- GET /readyz
+ * ------------------------------------------------------------------------------------ */
 
 /* Ready = the store answers a read, every mailbox shard is owned and replayed, the fanout
  * runs and is not halted. 503 names what is not. */
@@ -385,16 +411,20 @@ static void ready_run(admin_job *j) {
   for (uint32_t s = 0; mb_rc == 0 && s < g->d.shards.shard_count; s++) {
     qim_shard_readiness r;
     mb_rc = qim_mailbox_shard_readiness(g->d.mailbox, s, &r, NULL);
-    if (mb_rc == 0 && r.kind != QIM_SHARD_READINESS_READY) mb_rc = qim_err_raise(QIM_E_MATERIALIZE_LANE_NOT_READY);
+    if (mb_rc == 0 && r.kind != QIM_SHARD_READINESS_READY)
+      mb_rc = qim_err_raise(QIM_E_MATERIALIZE_LANE_NOT_READY);
   }
   qim_fanout_status fs = {.running = true};
   if (g->d.fanout) qim_fanout_get_status(g->d.fanout, &fs);
   bool fan_ok = fs.running && !fs.halted;
   bool ok = store_rc == 0 && mb_rc == 0 && fan_ok;
   j->status = ok ? 200 : 503;
-  j->reply = json_pack("{ssssssss}", "status", ok ? "ready" : "not ready", "store", store_rc ? qim_err_name(store_rc) : "ok",
-                       "mailbox", mb_rc ? qim_err_name(mb_rc) : "ok", "fanout",
-                       fan_ok ? "ok" : fs.halted ? "halted" : "stopped");
+  j->reply = json_pack("{ssssssss}", "status", ok ? "ready" : "not ready", "store",
+                       store_rc ? qim_err_name(store_rc) : "ok", "mailbox",
+                       mb_rc ? qim_err_name(mb_rc) : "ok", "fanout",
+                       fan_ok      ? "ok"
+                       : fs.halted ? "halted"
+                                   : "stopped");
 }
 
 static void readyz(const qim_http_request *req, qim_http_reply *rep, void *ud) {

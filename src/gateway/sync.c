@@ -50,7 +50,8 @@ static void finish(sync_op *o) {
   qim__gw_loop_release(l);
 }
 
-/* ---- entries → frame ------------------------------------------------------------------------------- */
+/* ---- entries → frame
+ * ------------------------------------------------------------------------------- */
 
 /* The conversation as the user names it. Groups are the only conversations the gateway
  * creates; their GroupId is the ConversationId. */
@@ -60,7 +61,8 @@ static void entry_topic(const qim_mailbox_entry *e, char topic[QIM_TOPIC_NAME_CA
 
 /* What a client applies: a message's Tinode head/content; a Control's (membership change,
  * delete, edit, read position) own JSON, documented in docs/groups.md and docs/history.md. */
-static void entry_body(const qim_mailbox_entry *e, qim_proto_sync_entry *x, json_t **head, json_t **content) {
+static void entry_body(const qim_mailbox_entry *e, qim_proto_sync_entry *x, json_t **head,
+                       json_t **content) {
   if (!e->has_content || !e->body_included || e->event_type == QIM_EVENT_TYPE_MENTION) return;
   const qim_bytes *b = &e->content.payload_or_ciphertext;
   if (e->event_type == QIM_EVENT_TYPE_MESSAGE) {
@@ -78,7 +80,8 @@ typedef struct sync_names {
   json_t *head, *content;
 } sync_names;
 
-static char *page_frame(const gw_req *r, const qim_mailbox_page *p, const char *cursor, size_t *len) {
+static char *page_frame(const gw_req *r, const qim_mailbox_page *p, const char *cursor,
+                        size_t *len) {
   size_t n = p->entry_count;
   qim_proto_sync_entry *x = qim_calloc(n ? n : 1, sizeof *x);
   sync_names *nm = qim_calloc(n ? n : 1, sizeof *nm);
@@ -86,15 +89,24 @@ static char *page_frame(const gw_req *r, const qim_mailbox_page *p, const char *
     const qim_mailbox_entry *e = &p->entries[i];
     entry_topic(e, nm[i].topic);
     qim_user_id_format(e->sender_id, nm[i].from, sizeof nm[i].from);
-    bool has_seq = e->event_type == QIM_EVENT_TYPE_MESSAGE || e->event_type == QIM_EVENT_TYPE_MENTION;
-    x[i] = (qim_proto_sync_entry){.event_id = e->event_id, .type = e->event_type, .topic = nm[i].topic,
+    bool has_seq =
+        e->event_type == QIM_EVENT_TYPE_MESSAGE || e->event_type == QIM_EVENT_TYPE_MENTION;
+    x[i] = (qim_proto_sync_entry){.event_id = e->event_id,
+                                  .type = e->event_type,
+                                  .topic = nm[i].topic,
                                   .seq = has_seq ? (uint32_t)e->coordinates.conversation_seq : 0,
-                                  .from = nm[i].from, .ts_ms = e->created_at,
+                                  .from = nm[i].from,
+                                  .ts_ms = e->created_at,
                                   .cmid = e->has_client_message_id ? &e->client_message_id : NULL};
     entry_body(e, &x[i], &nm[i].head, &nm[i].content);
   }
-  qim_proto_sync_frame f = {.id = r->msg.id, .entries = x, .n = n, .covered = p->covered_through_seq,
-                            .watermark = p->lane_watermark, .more = p->has_more, .cursor = cursor};
+  qim_proto_sync_frame f = {.id = r->msg.id,
+                            .entries = x,
+                            .n = n,
+                            .covered = p->covered_through_seq,
+                            .watermark = p->lane_watermark,
+                            .more = p->has_more,
+                            .cursor = cursor};
   char *j = qim_proto_sync_reply(&f, len);
   for (size_t i = 0; i < n; i++) {
     json_decref(nm[i].head);
@@ -105,7 +117,8 @@ static char *page_frame(const gw_req *r, const qim_mailbox_page *p, const char *
   return j;
 }
 
-/* ---- the request ------------------------------------------------------------------------------------ */
+/* ---- the request
+ * ------------------------------------------------------------------------------------ */
 
 static void reply_page(sync_op *o) {
   gw_session *s = o->req->s;
@@ -143,8 +156,11 @@ static void rebuild_opened(qim_mailbox_cursor_op *op) {
 /* The rebuild cursor: FROM_NOW, taken before the client re-reads history. */
 static void open_rebuild(sync_op *o) {
   gw_session *s = o->req->s;
-  o->open = (qim_mailbox_cursor_op){.cq = s->loop->cq, .done = rebuild_opened, .data = o,
-                                    .actor = qim__gw_actor(s), .from = QIM_MAILBOX_CURSOR_FROM_NOW};
+  o->open = (qim_mailbox_cursor_op){.cq = s->loop->cq,
+                                    .done = rebuild_opened,
+                                    .data = o,
+                                    .actor = qim__gw_actor(s),
+                                    .from = QIM_MAILBOX_CURSOR_FROM_NOW};
   if (qim_mailbox_cursor_open(s->loop->gw->d.mailbox, &o->open) != 0) {
     reply_expired(o, NULL);
     finish(o);
@@ -175,12 +191,17 @@ static void pull(sync_op *o) {
   const qim_proto_sync *m = &o->req->msg.u.sync;
   qim_authenticated_actor a = qim__gw_actor(s);
   o->pull = (qim_mailbox_pull_op){
-      .cq = s->loop->cq, .done = pulled, .data = o,
-      .request = {.actor = a, .cursor = o->cursor,
-                  .range = {.tenant_id = a.tenant_id, .user_id = a.user_id,
-                            .after_seq = o->cursor.last_applied_seq,
-                            .max_items = m->limit < SYNC_MAX_ITEMS ? m->limit : SYNC_MAX_ITEMS,
-                            .max_bytes = m->max_bytes < SYNC_MAX_BYTES ? m->max_bytes : SYNC_MAX_BYTES}}};
+      .cq = s->loop->cq,
+      .done = pulled,
+      .data = o,
+      .request = {
+          .actor = a,
+          .cursor = o->cursor,
+          .range = {.tenant_id = a.tenant_id,
+                    .user_id = a.user_id,
+                    .after_seq = o->cursor.last_applied_seq,
+                    .max_items = m->limit < SYNC_MAX_ITEMS ? m->limit : SYNC_MAX_ITEMS,
+                    .max_bytes = m->max_bytes < SYNC_MAX_BYTES ? m->max_bytes : SYNC_MAX_BYTES}}};
   if (qim_mailbox_pull(s->loop->gw->d.mailbox, &o->pull) != 0) pulled(&o->pull);
 }
 
@@ -220,7 +241,10 @@ void qim__gw_sync(gw_req *r) {
     return;
   }
   /* No cursor: everything the mailbox still holds. */
-  o->open = (qim_mailbox_cursor_op){.cq = l->cq, .done = floor_opened, .data = o, .actor = qim__gw_actor(s),
+  o->open = (qim_mailbox_cursor_op){.cq = l->cq,
+                                    .done = floor_opened,
+                                    .data = o,
+                                    .actor = qim__gw_actor(s),
                                     .from = QIM_MAILBOX_CURSOR_FROM_FLOOR};
   if (qim_mailbox_cursor_open(l->gw->d.mailbox, &o->open) != 0) {
     qim__gw_fail(s, r, o->open.status);
@@ -228,7 +252,8 @@ void qim__gw_sync(gw_req *r) {
   }
 }
 
-/* ---- the login cursor ------------------------------------------------------------------------------- */
+/* ---- the login cursor
+ * ------------------------------------------------------------------------------- */
 
 void qim__gw_sync_login_cursor(qim_gateway *g, const qim_authenticated_actor *a, json_t *params) {
   qim_mailbox_cursor c;
@@ -240,6 +265,7 @@ void qim__gw_sync_login_cursor(qim_gateway *g, const qim_authenticated_actor *a,
     return;
   }
   char tok[QIM_MAILBOX_CURSOR_TOKEN_CAP];
-  if (qim_mailbox_cursor_format(&c, tok, sizeof tok) > 0) json_object_set_new(params, "cursor", json_string(tok));
+  if (qim_mailbox_cursor_format(&c, tok, sizeof tok) > 0)
+    json_object_set_new(params, "cursor", json_string(tok));
   qim_mailbox_cursor_free(&c);
 }
