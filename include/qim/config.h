@@ -87,10 +87,10 @@ typedef struct qim_config {
   uint64_t dedupe_window_ms;  /* how long a ClientMessageId replay returns the same seq */
   uint64_t msg_delete_age_ms; /* window for non-owner hard delete and sender recall */
   qim_config_tenant_retention tenant_retentions[QIM_CONFIG_MAX_TENANT_RETENTIONS];
-  uint32_t tenant_retention_count;        /* TenantCustom ages; tenants not listed keep them */
-  uint32_t member_limit;                  /* members per group (MemberLimitExceeded above it) */
-  uint32_t mailbox_retain_count;          /* dispatch-log records a mailbox lane keeps behind its
-                                             watermark; older entries are trimmed (CursorExpired) */
+  uint32_t tenant_retention_count; /* TenantCustom ages; tenants not listed keep them */
+  uint32_t member_limit;           /* members per group (MemberLimitExceeded above it) */
+  uint32_t mailbox_retain_count;   /* dispatch-log records a mailbox lane keeps behind its
+                                      watermark; older entries are trimmed (CursorExpired) */
   uint64_t mailbox_retention_interval_ms; /* how often each lane trims */
 
   /* Clients, tenants and accounts. */

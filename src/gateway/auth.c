@@ -28,8 +28,7 @@
 #define PASSWORD_MAX 1024
 static const char TOKEN_DOMAIN[] = "qim.token.v1"; /* hashed with its NUL */
 
-/* ---- tokens ------------------------------------------------------------------------------------
- */
+/* ---- tokens ------------------------------------------------------------------------------------ */
 
 static void put_be64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (56 - 8 * i));
@@ -76,16 +75,15 @@ int qim__gw_token_check(const qim_gateway *g, const uint8_t *raw, size_t len, qi
   return 0;
 }
 
-/* ---- {hi} ---------------------------------------------------------------------------------------
- */
+/* ---- {hi} --------------------------------------------------------------------------------------- */
 
 static json_t *hi_params(const qim_gateway *g) {
   const qim_config *c = g->d.cfg;
   return json_pack("{sssssIsIsisisisIsoso}", "ver", "0.25", "build", "qim:0.1.0", "maxMessageSize",
-                   (json_int_t)c->max_message_size, "maxSubscriberCount",
-                   (json_int_t)c->member_limit, "minTagLength", 2, "maxTagLength", 96,
-                   "maxTagCount", 16, "msgDelAge", (json_int_t)(c->msg_delete_age_ms / 1000),
-                   "reqCred", json_object(), "maxFileUploadSize", json_integer(0));
+                   (json_int_t)c->max_message_size, "maxSubscriberCount", (json_int_t)c->member_limit,
+                   "minTagLength", 2, "maxTagLength", 96, "maxTagCount", 16, "msgDelAge",
+                   (json_int_t)(c->msg_delete_age_ms / 1000), "reqCred", json_object(), "maxFileUploadSize",
+                   json_integer(0));
 }
 
 /* A qim client's stable device id (hi.device) becomes its DeviceId; Tinode clients keep
@@ -122,8 +120,7 @@ void qim__gw_hi(gw_req *r) {
   qim__gw_req_done(r);
 }
 
-/* ---- attempts per address ----------------------------------------------------------------------
- */
+/* ---- attempts per address ---------------------------------------------------------------------- */
 
 /*
  * Password hashing costs tens of milliseconds of CPU, so acc and login attempts are
@@ -155,13 +152,11 @@ static bool attempt_allowed(gw_session *s) {
   return true;
 }
 
-/* ---- credentials
- * --------------------------------------------------------------------------------- */
+/* ---- credentials --------------------------------------------------------------------------------- */
 
 /* Splits a basic secret "login:password"; lowercases the login. 0, -EINVAL (no colon,
  * sizes beyond any policy), or QIM_E... never: policy is checked by the caller. */
-static int split_basic(const uint8_t *sec, size_t n, char *login, size_t lcap, char *pw,
-                       size_t pcap) {
+static int split_basic(const uint8_t *sec, size_t n, char *login, size_t lcap, char *pw, size_t pcap) {
   const uint8_t *colon = memchr(sec, ':', n);
   if (!colon) return -EINVAL;
   size_t ln = (size_t)(colon - sec), pn = n - ln - 1;
@@ -193,7 +188,7 @@ typedef struct auth_job {
   bool create, do_login, token_scheme;
   uint8_t token_raw[GW_TOKEN_RAW];
   size_t token_len;
-  int rc; /* 0 = the session logs in as `user` (when do_login) */
+  int rc;               /* 0 = the session logs in as `user` (when do_login) */
   qim_user_id user;
   qim_device_id device; /* hi.device's, when device_stable: its login gets a sync cursor */
   bool device_stable;
@@ -235,8 +230,7 @@ static json_t *login_params(const qim_gateway *g, qim_tenant_id t, qim_user_id u
 /* A qim device (hi.device) also gets its mailbox cursor at login (sync.c). */
 static void login_cursor(const auth_job *a, qim_gateway *g, json_t *params) {
   if (!a->device_stable) return;
-  qim_authenticated_actor act = {
-      .tenant_id = a->tenant, .user_id = a->user, .device_id = a->device};
+  qim_authenticated_actor act = {.tenant_id = a->tenant, .user_id = a->user, .device_id = a->device};
   qim__gw_sync_login_cursor(g, &act, params);
 }
 
@@ -247,8 +241,7 @@ static json_t *parse_or_null(const char *s) {
 static json_t *acc_desc(uint64_t now, const char *pub, const char *priv) {
   char ts[QIM_PROTO_TS_CAP];
   qim_proto_ts_format(now, ts);
-  json_t *d = json_pack("{sssss{ssss}}", "created", ts, "updated", ts, "defacs", "auth", "JRWPAS",
-                        "anon", "N");
+  json_t *d = json_pack("{sssss{ssss}}", "created", ts, "updated", ts, "defacs", "auth", "JRWPAS", "anon", "N");
   json_t *p = parse_or_null(pub), *q = parse_or_null(priv);
   if (p) json_object_set_new(d, "public", p);
   if (q) json_object_set_new(d, "private", q);
@@ -257,18 +250,13 @@ static json_t *acc_desc(uint64_t now, const char *pub, const char *priv) {
 
 static int acc_store(auth_job *a, qim_gateway *g, const char *hash, uint64_t now) {
   a->user.v = qim_u128_random();
-  qim_store_cred_create_req cr = {.cred = {.tenant_id = a->tenant,
-                                           .login = a->login,
-                                           .user_id = a->user,
+  qim_store_cred_create_req cr = {.cred = {.tenant_id = a->tenant, .login = a->login, .user_id = a->user,
                                            .secret_hash = (char *)hash}};
   int rc = QIM_STORE_SYNC(g->d.store, accounts.cred_create, &cr);
   if (rc) return rc;
-  qim_store_user_create_req ur = {.user = {.tenant_id = a->tenant,
-                                           .user_id = a->user,
-                                           .public_json = a->public_json,
-                                           .private_json = a->private_json,
-                                           .created_at = now,
-                                           .updated_at = now}};
+  qim_store_user_create_req ur = {.user = {.tenant_id = a->tenant, .user_id = a->user,
+                                           .public_json = a->public_json, .private_json = a->private_json,
+                                           .created_at = now, .updated_at = now}};
   return QIM_STORE_SYNC(g->d.store, accounts.user_create, &ur);
 }
 
@@ -278,8 +266,7 @@ static void acc_run(gw_job *j) {
   const gw_req *r = j->req;
   uint64_t now = qim__gw_now(g);
   char hash[crypto_pwhash_STRBYTES];
-  int rc =
-      crypto_pwhash_str(hash, a->password, strlen(a->password), pw_ops(g), pw_mem(g)) ? -ENOMEM : 0;
+  int rc = crypto_pwhash_str(hash, a->password, strlen(a->password), pw_ops(g), pw_mem(g)) ? -ENOMEM : 0;
   if (rc == 0) rc = acc_store(a, g, hash, now);
   a->rc = rc;
   if (rc == -EEXIST) {
@@ -301,8 +288,8 @@ static void acc_run(gw_job *j) {
     params = json_pack("{ssss}", "user", name, "authlvl", "auth");
   }
   json_object_set_new(params, "desc", acc_desc(now, a->public_json, a->private_json));
-  qim__gw_out_ctrl(&j->out, r->msg.id, NULL, a->do_login ? 200 : 201,
-                   a->do_login ? "ok" : "created", params, now);
+  qim__gw_out_ctrl(&j->out, r->msg.id, NULL, a->do_login ? 200 : 201, a->do_login ? "ok" : "created", params,
+                   now);
   QIM_LOGI(&r->trace, "gateway.account_created", "login=%s", a->login);
 }
 
@@ -333,7 +320,7 @@ void qim__gw_acc(gw_req *r) {
   } else if (!m->scheme || strcmp(m->scheme, "basic") != 0) {
     qim__gw_ctrl(s, r, NULL, m->scheme && strncmp(m->scheme, "anon", 4) == 0 ? 501 : 401,
                  m->scheme && strncmp(m->scheme, "anon", 4) == 0 ? "not implemented"
-                                                                 : "unknown authentication scheme",
+                                                                  : "unknown authentication scheme",
                  NULL);
   } else if (m->login && s->state == GW_AUTH) {
     qim__gw_ctrl(s, r, NULL, 409, "already authenticated", NULL);
@@ -344,8 +331,7 @@ void qim__gw_acc(gw_req *r) {
   } else {
     auth_job *a = qim_calloc(1, sizeof *a);
     const qim_config *c = g->d.cfg;
-    int rc = split_basic(m->secret, m->secret_len, a->login, sizeof a->login, a->password,
-                         sizeof a->password);
+    int rc = split_basic(m->secret, m->secret_len, a->login, sizeof a->login, a->password, sizeof a->password);
     /* A secret that does not split is malformed; everything else that fails is policy:
      * a login or password out of bounds, a public/private beyond max_message_size. */
     bool malformed = rc == -EINVAL;
@@ -353,8 +339,7 @@ void qim__gw_acc(gw_req *r) {
     if (rc == 0) rc = desc_json(m->desc.public_data, c->max_message_size, &a->public_json);
     if (rc == 0) rc = desc_json(m->desc.private_data, c->max_message_size, &a->private_json);
     if (rc) {
-      qim__gw_ctrl(s, r, NULL, malformed ? 400 : 422, malformed ? "malformed" : "policy violation",
-                   NULL);
+      qim__gw_ctrl(s, r, NULL, malformed ? 400 : 422, malformed ? "malformed" : "policy violation", NULL);
       auth_destroy(&a->j);
       qim_free(a);
       qim__gw_req_done(r);
@@ -375,16 +360,14 @@ void qim__gw_acc(gw_req *r) {
   qim__gw_req_done(r);
 }
 
-/* ---- {login}
- * --------------------------------------------------------------------------------------- */
+/* ---- {login} --------------------------------------------------------------------------------------- */
 
 /* A hash to verify against when the login does not exist, so that the answer takes as
  * long as for a known login (made by qim_gateway_start). */
 void qim__gw_dummy_hash(qim_gateway *g) {
   uint8_t pw[16];
   randombytes_buf(pw, sizeof pw);
-  if (crypto_pwhash_str(g->dummy_hash, (const char *)pw, sizeof pw, pw_ops(g), pw_mem(g)))
-    g->dummy_hash[0] = '\0';
+  if (crypto_pwhash_str(g->dummy_hash, (const char *)pw, sizeof pw, pw_ops(g), pw_mem(g))) g->dummy_hash[0] = '\0';
 }
 
 static void login_basic_run(auth_job *a, qim_gateway *g, const gw_req *r, uint64_t now) {
@@ -408,8 +391,7 @@ static void login_run(gw_job *j) {
   const gw_req *r = j->req;
   uint64_t now = qim__gw_now(g), epoch = 0, expires = 0;
   if (a->token_scheme) {
-    a->rc =
-        qim__gw_token_check(g, a->token_raw, a->token_len, a->tenant, &a->user, &epoch, &expires);
+    a->rc = qim__gw_token_check(g, a->token_raw, a->token_len, a->tenant, &a->user, &epoch, &expires);
   } else {
     login_basic_run(a, g, r, now);
     if (a->j.out.n) return; /* a store failure, already answered */
@@ -449,8 +431,7 @@ void qim__gw_login(gw_req *r) {
     auth_job *a = qim_calloc(1, sizeof *a);
     int rc = 0;
     if (basic) {
-      rc = split_basic(m->secret, m->secret_len, a->login, sizeof a->login, a->password,
-                       sizeof a->password);
+      rc = split_basic(m->secret, m->secret_len, a->login, sizeof a->login, a->password, sizeof a->password);
     } else if (m->secret_len == GW_TOKEN_RAW) {
       memcpy(a->token_raw, m->secret, GW_TOKEN_RAW);
       a->token_len = GW_TOKEN_RAW;

@@ -112,21 +112,19 @@ struct gw_session {
   bool excl_running;
   qim_client_message_id noecho[GW_NOECHO]; /* ring of recent noecho pubs' client-chosen cmids */
   unsigned noecho_n;
-  uint8_t nonce[8]; /* first half of the cmids this session makes (see pub.c) */
-  uint64_t made;    /* cmids made so far */
+  uint8_t nonce[8];  /* first half of the cmids this session makes (see pub.c) */
+  uint64_t made;     /* cmids made so far */
   gw_pending *pend; /* pubs in flight (at most queue_max) */
   size_t npend, cpend;
 };
 
 void qim__gw_session_ref(gw_session *s);
 void qim__gw_session_unref(gw_session *s);
-static inline bool qim__gw_session_open(const gw_session *s) {
-  return s->conn != NULL;
-}
+static inline bool qim__gw_session_open(const gw_session *s) { return s->conn != NULL; }
 gw_attach *qim__gw_session_attached(gw_session *s, qim_conversation_id conv);
 /* Attaches (or updates the mode of) a conversation; -ENOSPC over attach_max. */
-int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *topic,
-                           uint32_t mode, qim_conversation_seq since);
+int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *topic, uint32_t mode,
+                          qim_conversation_seq since);
 void qim__gw_session_detach(gw_session *s, qim_conversation_id conv);
 /* Logs the session in as `user` of its tenant: indexes it and adds the mailbox route. */
 void qim__gw_session_login(gw_session *s, qim_user_id user);
@@ -155,8 +153,7 @@ void qim__gw_pending_add(gw_session *s, const qim_client_message_id *cmid);
 bool qim__gw_pending_hold(gw_session *s, const qim_client_message_id *cmid, qim_ws_frame *f);
 void qim__gw_pending_done(gw_session *s, const qim_client_message_id *cmid);
 
-/* ---- replies (session.c) ----------------------------------------------------------------------
- */
+/* ---- replies (session.c) ---------------------------------------------------------------------- */
 
 /* Sends `json` (len bytes) as a text frame when the session is open. Frees json. */
 void qim__gw_send(gw_session *s, char *json, size_t len);
@@ -179,25 +176,22 @@ typedef struct gw_out {
 void qim__gw_out_add(gw_out *o, char *buf, size_t len); /* takes buf; NULL (no memory) is skipped */
 /* Like qim__gw_out_add for a builder's result: `len` is read after the builder ran (a
  * plain `add(o, build(&len), len)` reads len before, in an unspecified order). */
-static inline void qim__gw_out_built(gw_out *o, char *buf, const size_t *len) {
-  qim__gw_out_add(o, buf, *len);
-}
+static inline void qim__gw_out_built(gw_out *o, char *buf, const size_t *len) { qim__gw_out_add(o, buf, *len); }
 void qim__gw_out_ctrl(gw_out *o, const char *id, const char *topic, int code, const char *text,
                       json_t *params, uint64_t now);
 void qim__gw_out_fail(gw_out *o, const char *id, const char *topic, int rc, uint64_t now);
 void qim__gw_out_flush(gw_session *s, gw_out *o); /* sends (if open) and empties */
 void qim__gw_out_free(gw_out *o);
 
-/* ---- worker jobs (session.c) -------------------------------------------------------------------
- */
+/* ---- worker jobs (session.c) ------------------------------------------------------------------- */
 
 typedef struct gw_job gw_job;
 struct gw_job {
   uv_work_t work;
   gw_loop *loop;
-  gw_req *req;                /* the request the job answers (owned), or NULL */
-  void (*run)(gw_job *j);     /* worker thread: may block */
-  void (*after)(gw_job *j);   /* loop thread, session may be closed; NULL = flush + done */
+  gw_req *req;               /* the request the job answers (owned), or NULL */
+  void (*run)(gw_job *j);    /* worker thread: may block */
+  void (*after)(gw_job *j);  /* loop thread, session may be closed; NULL = flush + done */
   void (*destroy)(gw_job *j); /* frees the job's own fields; NULL = nothing */
   gw_out out;
 };
@@ -236,8 +230,8 @@ struct gw_loop {
   bool stopping;
   /* Posting from other threads (push sinks, other loops): under post_mu. */
   pthread_mutex_t post_mu;
-  bool accepting;  /* the cq may be posted to */
-  unsigned posted; /* events posted and not yet handled (bounded) */
+  bool accepting;    /* the cq may be posted to */
+  unsigned posted;   /* events posted and not yet handled (bounded) */
   /* Push batches waiting, handled one at a time in order (push.c). */
   struct gw_push *push_head, *push_tail;
   bool push_busy;
@@ -265,12 +259,9 @@ void qim__gw_loop_posted_done(gw_loop *l);
 void qim__gw_loop_hold(gw_loop *l);
 void qim__gw_loop_release(gw_loop *l);
 
-static inline gw_key qim__gw_key(qim_tenant_id t, qim_u128 id) {
-  return (gw_key){t.v, id};
-}
+static inline gw_key qim__gw_key(qim_tenant_id t, qim_u128 id) { return (gw_key){t.v, id}; }
 
-/* ---- handlers (one file each) ------------------------------------------------------------------
- */
+/* ---- handlers (one file each) ------------------------------------------------------------------ */
 
 void qim__gw_hi(gw_req *r);
 void qim__gw_acc(gw_req *r);
@@ -305,8 +296,7 @@ void qim__gw_dummy_hash(qim_gateway *g);
 void qim__gw_get_me(qim_gateway *g, const qim_authenticated_actor *a, const char *id,
                     const qim_proto_get_query *q, gw_out *out);
 void qim__gw_get_group(qim_gateway *g, const qim_authenticated_actor *a, qim_conversation_id conv,
-                       const char *topic, const char *id, const qim_proto_get_query *q,
-                       gw_out *out);
+                       const char *topic, const char *id, const qim_proto_get_query *q, gw_out *out);
 
 /* Resolves a group topic name to its conversation: 0, or -ENOENT for anything else. */
 int qim__gw_group_conv(const char *topic, qim_conversation_id *conv);

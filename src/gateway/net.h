@@ -110,8 +110,8 @@ typedef struct qim_http_reply {
 /* Owner loop thread of `conn_id`: the answer of a deferred route (see qim_http_reply);
  * the connection closes after it. -ENOENT when the connection is gone or waits for no
  * answer. */
-int qim_net_http_answer(qim_net *net, uint64_t conn_id, int status, const char *content_type,
-                        const void *body, size_t len);
+int qim_net_http_answer(qim_net *net, uint64_t conn_id, int status, const char *content_type, const void *body,
+                        size_t len);
 
 /* Sets a reply with a copy of `body` (any earlier body is freed). */
 void qim_http_reply_set(qim_http_reply *r, int status, const char *content_type, const void *body,

@@ -395,8 +395,8 @@ static void route(qim_conn *c, const qim_http_request *r) {
   reject(c, 404);
 }
 
-int qim_net_http_answer(qim_net *net, uint64_t conn_id, int status, const char *content_type,
-                        const void *body, size_t len) {
+int qim_net_http_answer(qim_net *net, uint64_t conn_id, int status, const char *content_type, const void *body,
+                        size_t len) {
   unsigned li = (unsigned)(conn_id >> 56);
   qim_conn *c = li < net->nloops ? qim__net_slot_get(&net->loops[li], conn_id) : NULL;
   if (!c || !c->deferred || c->state != CS_HANDSHAKE) return -ENOENT;

@@ -61,17 +61,15 @@ static int open_commit(qim_node *n) {
   if (rc) return rc;
   qim_commit_task t;
   rc = qim_commit_recover_sync(n->commit, &t);
-  QIM_LOGI(NULL, "server.recovered",
-           "listed=%llu adopted=%llu committed=%llu failed=%llu status=%s",
-           (unsigned long long)t.listed, (unsigned long long)t.adopted,
-           (unsigned long long)t.committed, (unsigned long long)t.failed, qim_err_name(rc));
+  QIM_LOGI(NULL, "server.recovered", "listed=%llu adopted=%llu committed=%llu failed=%llu status=%s",
+           (unsigned long long)t.listed, (unsigned long long)t.adopted, (unsigned long long)t.committed,
+           (unsigned long long)t.failed, qim_err_name(rc));
   return 0; /* a failed recovery is retried by the maintenance passes; serving goes on */
 }
 
 static int open_mailbox(qim_node *n, uint32_t ready_ms) {
   const qim_config *c = n->cfg;
-  qim_mailbox_options mo = {.shards = shards_of(c),
-                            .node_id = c->node_id,
+  qim_mailbox_options mo = {.shards = shards_of(c), .node_id = c->node_id,
                             .retain_count = c->mailbox_retain_count,
                             .retention_interval_ms = (uint32_t)c->mailbox_retention_interval_ms};
   derive(n->secret, "qim.mailbox-cursor.v1", mo.cursor_key);
@@ -98,15 +96,9 @@ static int open_history(qim_node *n) {
 }
 
 static int open_gateway(qim_node *n, const qim_node_options *o) {
-  qim_gateway_deps d = {.cfg = n->cfg,
-                        .store = n->store,
-                        .commit = n->commit,
-                        .groups = n->groups,
-                        .history = n->history,
-                        .mailbox = n->mailbox,
-                        .fanout = n->fanout,
-                        .clock = qim_clock_system(),
-                        .shards = shards_of(n->cfg)};
+  qim_gateway_deps d = {.cfg = n->cfg, .store = n->store, .commit = n->commit, .groups = n->groups,
+                        .history = n->history, .mailbox = n->mailbox, .fanout = n->fanout,
+                        .clock = qim_clock_system(), .shards = shards_of(n->cfg)};
   derive(n->secret, "qim.token.v1", d.token_key);
   qim_gateway_options go;
   qim_gateway_options_default(&go);
@@ -144,16 +136,13 @@ int qim_node_open(qim_node *n, const qim_config *cfg, const qim_node_options *op
   qim_group_config gc;
   qim_group_config_default(&gc);
   gc.member_limit = cfg->member_limit;
-  if ((rc = qim_group_open(n->store, n->commit, qim_clock_system(), &gc, &n->groups)))
-    return fail(n, "groups", rc);
+  if ((rc = qim_group_open(n->store, n->commit, qim_clock_system(), &gc, &n->groups))) return fail(n, "groups", rc);
   if ((rc = open_history(n))) return fail(n, "history", rc);
   if ((rc = open_gateway(n, opt))) return fail(n, "gateway", rc);
   return 0;
 }
 
-uint16_t qim_node_port(const qim_node *n) {
-  return n->gateway ? qim_gateway_port(n->gateway) : 0;
-}
+uint16_t qim_node_port(const qim_node *n) { return n->gateway ? qim_gateway_port(n->gateway) : 0; }
 
 void qim_node_close(qim_node *n) {
   qim_gateway_free(n->gateway); /* no new requests; replies in flight are dropped */
