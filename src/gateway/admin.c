@@ -56,7 +56,7 @@ static const char *authorize(qim_gateway *g, const qim_http_request *req, qim_ht
   const char *tok = req->header[QIM_HTTP_H_SERVICE_TOKEN], *service = NULL;
   if (tok && *tok && qim_config_service_for_token(g->d.cfg, tok, strlen(tok), &service) == 0)
     return service;
-  int rc = QIM_E_GROUP_INTERNAL_IDENTITY_REQUIRED;
+  int rc = qim_err_raise(QIM_E_GROUP_INTERNAL_IDENTITY_REQUIRED);
   bool none = !tok || !*tok;
   reply_json(
       rep, none ? 401 : 403,
