@@ -84,10 +84,17 @@ function checkOrder(entries) {
     assert.ok(BigInt(entries[i].event_id) > BigInt(entries[i - 1].event_id), `event ids increase at ${i}`);
 }
 
-// Publishes texts pipelined (concurrent requests commit in any order); returns the texts in
-// seq order.
+// Publishes texts pipelined, 16 in flight (well under the session's queue of 32; concurrent
+// requests commit in any order); returns the texts in seq order.
 async function pubAll(c, topic, texts) {
-  const acks = await Promise.all(texts.map((t) => c.pub(topic, t, { cmid: newCmid() })));
+  const acks = new Array(texts.length);
+  let next = 0;
+  await Promise.all(Array.from({ length: 16 }, async () => {
+    while (next < texts.length) {
+      const i = next++;
+      acks[i] = await c.request('pub', { topic, content: texts[i], cmid: newCmid() }, { ctrlOnly: true, timeout: 20000 });
+    }
+  }));
   for (const a of acks) assert.equal(a.code, 202, `pub answers 202, got ${a.code} ${a.text}`);
   const bySeq = texts.map((t, i) => [acks[i].params.seq, t]).sort((x, y) => x[0] - y[0]);
   return bySeq.map((x) => x[1]);
@@ -179,7 +186,7 @@ test('sync: pages through 300 messages of 3 groups in order, nothing missed or r
   assert.equal(c.content.op, 'del');
   assert.equal(c.content.hard, true);
   assert.deepEqual([...c.content.deleted, ...(c.content.recalled || [])], [{ low: 1, hi: 3 }], JSON.stringify(c.content));
-});
+}, { timeout: 60000 });
 
 test('sync: a reconnect with the same device id continues from its cursor; another device\'s cursor is refused', async (ctx) => {
   const dev = `phone-${crypto.randomUUID()}`;
