@@ -52,7 +52,9 @@ for id in $g_ids; do
 done
 echo "| 4 | User-space bytes per idle authenticated connection ($(num "$idle_n") connections) | $(num "$idle_b") | $(num "$sock") kernel bytes per idle socket | $(ratio "$idle_b" "$sock") | ≤ 12,288 | $(meets "$idle_b" "<=" 12288) |"
 echo "| 5 | History: 50-message page from a 1,000,000-message conversation | see §5 | — | — | p99 ≤ 1 ms in-process | see §5 |"
-echo "| 6 | Sync: catch up 10,000 messages across 100 conversations | not measured | — | — | ≤ 200 ms | — |"
+sync_ms=$(get sync sync_ms)
+sync_hist=$(get sync history_ms)
+echo "| 6 | Sync: catch up $(num "$(get sync messages)") messages across $(num "$(get sync conversations)") conversations, ms | ${sync_ms:-—} | ${sync_hist:-—} ms for the same by get data per conversation | $(ratio "$sync_ms" "$sync_hist") | ≤ 200 ms | $(meets "$sync_ms" "<=" 200) |"
 echo
 
 section() { echo "## $1"; echo; }
@@ -135,7 +137,14 @@ echo "Over the WebSocket: not measured yet (qim-bench has no history scenario)."
 echo
 
 section "6. Sync"
-echo "Not measured: qimd answers {sync} with 501 so far; qim-bench's sync scenario is not built."
+if [ -f "$WORK/sync.out" ]; then
+  command_line sync
+  echo '```'
+  cat "$WORK/sync.out"
+  echo '```'
+else
+  echo "Not run."
+fi
 echo
 
 section "Problems seen"

@@ -244,6 +244,11 @@ if want history && [ -x "$BB/qim-bench-history" ]; then
   sed 's/^/    /' "$WORK/history.out" >&2
 fi
 
+# ---- 6. sync catch-up (bench/sync_catchup.js starts its own qimd on a free port) -------------
+if want sync; then
+  record sync env QIMD="$QIMD" node "$ROOT/bench/sync_catchup.js"
+fi
+
 # ---- report ----------------------------------------------------------------------------------
 COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$ROOT" diff --quiet 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"

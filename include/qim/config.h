@@ -89,6 +89,9 @@ typedef struct qim_config {
   qim_config_tenant_retention tenant_retentions[QIM_CONFIG_MAX_TENANT_RETENTIONS];
   uint32_t tenant_retention_count; /* TenantCustom ages; tenants not listed keep them */
   uint32_t member_limit;           /* members per group (MemberLimitExceeded above it) */
+  uint32_t mailbox_retain_count;   /* dispatch-log records a mailbox lane keeps behind its
+                                      watermark; older entries are trimmed (CursorExpired) */
+  uint64_t mailbox_retention_interval_ms; /* how often each lane trims */
 
   /* Clients, tenants and accounts. */
   qim_config_api_key api_keys[QIM_CONFIG_MAX_API_KEYS];

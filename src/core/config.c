@@ -69,6 +69,11 @@ static const setting settings[] = {
      "how long one tenant keeps messages of retention class TenantCustom; repeatable, or "
      "comma-separated"},
     {"member_limit", V_U32, F(member_limit), 2, 1000000, "10000", "N", "most members of one group"},
+    {"mailbox_retain_count", V_U32, F(mailbox_retain_count), 1, 4000000000u, "1000000", "N",
+     "dispatch records each mailbox lane keeps; older entries are trimmed and cursors behind "
+     "them expire"},
+    {"mailbox_retention_interval", V_MS, F(mailbox_retention_interval_ms), 1000, 7 * DAY, "60s",
+     "DURATION", "how often each mailbox lane trims"},
     {"api_key", V_API_KEY, 0, 0, 0, QIM_CONFIG_DEMO_API_KEY ":1", "KEY[:TENANT]",
      "API key clients send (?apikey=) and the tenant it selects (default tenant 1); "
      "repeatable, or comma-separated"},

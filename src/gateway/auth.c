@@ -93,6 +93,7 @@ static void hi_device(gw_session *s, const char *dev) {
   crypto_generichash(h, sizeof h, (const uint8_t *)dev, strlen(dev), NULL, 0);
   s->device.v = qim_u128_from_be(h);
   if (qim_u128_is_zero(s->device.v)) s->device.v.lo = 1;
+  s->device_stable = true;
 }
 
 void qim__gw_hi(gw_req *r) {
@@ -189,6 +190,8 @@ typedef struct auth_job {
   size_t token_len;
   int rc;               /* 0 = the session logs in as `user` (when do_login) */
   qim_user_id user;
+  qim_device_id device; /* hi.device's, when device_stable: its login gets a sync cursor */
+  bool device_stable;
 } auth_job;
 
 static void auth_destroy(gw_job *j) {
@@ -222,6 +225,13 @@ static json_t *login_params(const qim_gateway *g, qim_tenant_id t, qim_user_id u
   qim__gw_token_make(g, t, u, epoch, expires, tok, sizeof tok);
   qim_proto_ts_format(expires, ts);
   return json_pack("{ssssssss}", "user", name, "authlvl", "auth", "token", tok, "expires", ts);
+}
+
+/* A qim device (hi.device) also gets its mailbox cursor at login (sync.c). */
+static void login_cursor(const auth_job *a, qim_gateway *g, json_t *params) {
+  if (!a->device_stable) return;
+  qim_authenticated_actor act = {.tenant_id = a->tenant, .user_id = a->user, .device_id = a->device};
+  qim__gw_sync_login_cursor(g, &act, params);
 }
 
 static json_t *parse_or_null(const char *s) {
@@ -271,6 +281,7 @@ static void acc_run(gw_job *j) {
   json_t *params;
   if (a->do_login) {
     params = login_params(g, a->tenant, a->user, 0);
+    login_cursor(a, g, params);
   } else {
     char name[QIM_TOPIC_NAME_CAP];
     qim_user_id_format(a->user, name, sizeof name);
@@ -335,6 +346,8 @@ void qim__gw_acc(gw_req *r) {
       return;
     }
     a->tenant = s->tenant;
+    a->device = s->device;
+    a->device_stable = s->device_stable;
     a->create = true;
     a->do_login = m->login;
     a->j.req = r;
@@ -394,8 +407,9 @@ static void login_run(gw_job *j) {
   } else if (a->rc) {
     qim__gw_out_fail(&j->out, r->msg.id, NULL, a->rc, now);
   } else {
-    qim__gw_out_ctrl(&j->out, r->msg.id, NULL, 200, "ok",
-                     login_params(g, a->tenant, a->user, ug.out.token_epoch), now);
+    json_t *params = login_params(g, a->tenant, a->user, ug.out.token_epoch);
+    login_cursor(a, g, params);
+    qim__gw_out_ctrl(&j->out, r->msg.id, NULL, 200, "ok", params, now);
   }
   qim_store_user_free(&ug.out);
 }
@@ -433,6 +447,8 @@ void qim__gw_login(gw_req *r) {
       return;
     }
     a->tenant = s->tenant;
+    a->device = s->device;
+    a->device_stable = s->device_stable;
     a->do_login = true;
     a->token_scheme = token;
     a->j.req = r;

@@ -101,6 +101,7 @@ struct gw_session {
   qim_user_id user;
   char uname[QIM_TOPIC_NAME_CAP]; /* "usr…" once authenticated */
   qim_device_id device;           /* per session (Tinode clients have no stable id) */
+  bool device_stable;             /* hashed from hi.device: the device may {sync} (sync.c) */
   bool routed;                    /* a mailbox route is registered for this session */
   bool me;                        /* attached to "me" */
   gw_attach *att;
@@ -272,6 +273,11 @@ void qim__gw_get(gw_req *r);
 void qim__gw_set(gw_req *r);
 void qim__gw_del(gw_req *r);
 void qim__gw_note(gw_req *r);
+void qim__gw_sync(gw_req *r);
+
+/* Worker thread (blocking): adds `cursor`, a MailboxCursor at the lane watermark for the
+ * actor's device, to login reply params (sync.c); nothing when it cannot be opened. */
+void qim__gw_sync_login_cursor(qim_gateway *g, const qim_authenticated_actor *a, json_t *params);
 
 /* Token of (tenant, user, epoch, expires) signed with the gateway's key (auth.c); the
  * standard base64 text Tinode clients store and send back as a login secret. */

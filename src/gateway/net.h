@@ -98,7 +98,20 @@ typedef struct qim_http_reply {
   const char *content_type; /* static string, e.g. "application/json"; NULL for none */
   char *body;               /* qim_malloc'ed; freed by the gateway */
   size_t body_len;
+  /* A route whose answer needs blocking work sets `defer` and answers later, on this
+   * loop's thread, with qim_net_http_answer(conn_id). The request (and its body) is valid
+   * only during the route call; the connection ignores further input meanwhile and is
+   * still closed by handshake_timeout if the answer takes longer. */
+  bool defer;
+  uint64_t conn_id; /* in: the asking connection */
+  unsigned loop;    /* in: the loop the route runs on */
 } qim_http_reply;
+
+/* Owner loop thread of `conn_id`: the answer of a deferred route (see qim_http_reply);
+ * the connection closes after it. -ENOENT when the connection is gone or waits for no
+ * answer. */
+int qim_net_http_answer(qim_net *net, uint64_t conn_id, int status, const char *content_type, const void *body,
+                        size_t len);
 
 /* Sets a reply with a copy of `body` (any earlier body is freed). */
 void qim_http_reply_set(qim_http_reply *r, int status, const char *content_type, const void *body,

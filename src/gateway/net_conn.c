@@ -380,8 +380,13 @@ static void route(qim_conn *c, const qim_http_request *r) {
   qim_net *net = c->loop->net;
   for (size_t i = 0; i < net->nroutes; i++) {
     if (strcmp(net->routes[i].path, r->path) != 0) continue;
-    qim_http_reply rep = {.status = 200};
+    qim_http_reply rep = {.status = 200, .conn_id = c->id, .loop = qim_conn_loop_index(c)};
     net->routes[i].fn(r, &rep, net->routes[i].ud);
+    if (rep.defer) {
+      c->deferred = true;
+      qim_free(rep.body);
+      return;
+    }
     STAT_ADD(c->loop, http_routed, 1);
     http_answer(c, rep.status, rep.content_type, NULL, rep.body, rep.body_len);
     qim_free(rep.body);
@@ -390,8 +395,20 @@ static void route(qim_conn *c, const qim_http_request *r) {
   reject(c, 404);
 }
 
+int qim_net_http_answer(qim_net *net, uint64_t conn_id, int status, const char *content_type, const void *body,
+                        size_t len) {
+  unsigned li = (unsigned)(conn_id >> 56);
+  qim_conn *c = li < net->nloops ? qim__net_slot_get(&net->loops[li], conn_id) : NULL;
+  if (!c || !c->deferred || c->state != CS_HANDSHAKE) return -ENOENT;
+  c->deferred = false;
+  STAT_ADD(c->loop, http_routed, 1);
+  http_answer(c, status, content_type, NULL, body, len);
+  return 0;
+}
+
 static void handshake_input(qim_conn *c, char *data, size_t n) {
   const qim_net_config *cfg = cfg_of(c);
+  if (c->deferred) return; /* waiting for a route's answer: nothing more is read */
   if (!c->http) {
     c->http = qim_malloc(sizeof *c->http);
     qim_http_parser_init(c->http, cfg->max_header, cfg->max_body);

@@ -126,6 +126,7 @@ struct qim_conn {
   bool peer_closed; /* the peer's close frame arrived */
   bool after_flush; /* closing: act when the queue drains */
   bool shut;        /* uv_shutdown issued */
+  bool deferred;    /* handshake: a route answers later (qim_net_http_answer) */
 };
 
 /* net_conn.c */

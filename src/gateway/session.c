@@ -310,6 +310,7 @@ static void dispatch(gw_req *r) {
   case QIM_PROTO_SET: qim__gw_set(r); break;
   case QIM_PROTO_DEL: qim__gw_del(r); break;
   case QIM_PROTO_NOTE: qim__gw_note(r); break;
+  case QIM_PROTO_SYNC: qim__gw_sync(r); break;
   default:
     qim__gw_ctrl(s, r, NULL, 501, "not implemented", NULL);
     qim__gw_req_done(r);

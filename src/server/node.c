@@ -69,7 +69,9 @@ static int open_commit(qim_node *n) {
 
 static int open_mailbox(qim_node *n, uint32_t ready_ms) {
   const qim_config *c = n->cfg;
-  qim_mailbox_options mo = {.shards = shards_of(c), .node_id = c->node_id};
+  qim_mailbox_options mo = {.shards = shards_of(c), .node_id = c->node_id,
+                            .retain_count = c->mailbox_retain_count,
+                            .retention_interval_ms = (uint32_t)c->mailbox_retention_interval_ms};
   derive(n->secret, "qim.mailbox-cursor.v1", mo.cursor_key);
   int rc = qim_mailbox_new(n->store, &mo, &n->mailbox);
   for (uint32_t s = 0; rc == 0 && s < c->shard_count; s++) {

@@ -14,7 +14,7 @@ const UID_KEYS = new Set(['user', 'from', 'act', 'tgt']);
 const OPAQUE_KEYS = new Set(['content', 'public', 'private', 'trusted', 'head', 'payload', 'aux']);
 const TS_RE = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,3})?Z$/;
 const UID_RE = /^usr[A-Za-z0-9_-]{22}$/;
-const SERVER_KEYS = ['ctrl', 'data', 'meta', 'pres', 'info'];
+const SERVER_KEYS = ['ctrl', 'data', 'meta', 'pres', 'info', 'sync']; // sync: qim extension (docs/protocol.md §4.6)
 
 // Returns a list of problems with one parsed server frame (empty when it is fine).
 function frameProblems(msg) {
@@ -31,6 +31,7 @@ function frameProblems(msg) {
     meta: ['topic'],
     pres: ['topic', 'what'],
     info: ['topic', 'what'],
+    sync: ['entries', 'covered', 'watermark'],
   }[kind];
   for (const k of need) if (body[k] === undefined) out.push(`${kind} without ${k}`);
   if (body.id !== undefined && typeof body.id !== 'string') out.push(`${kind}.id is not a string`);

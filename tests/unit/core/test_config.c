@@ -66,6 +66,8 @@ static void test_defaults_match_documented_values(void **state) {
   assert_int_equal(c.dedupe_window_ms, 7ull * 86400000);
   assert_int_equal(c.msg_delete_age_ms, 600000);
   assert_int_equal(c.member_limit, 10000);
+  assert_int_equal(c.mailbox_retain_count, 1000000);
+  assert_int_equal(c.mailbox_retention_interval_ms, 60000);
   assert_int_equal(c.api_key_count, 1);
   assert_string_equal(c.api_keys[0].key, QIM_CONFIG_DEMO_API_KEY);
   assert_int_equal(c.api_keys[0].tenant.v.hi, 0);
@@ -426,6 +428,13 @@ static const bad_case bad_cases[] = {
      "36500d), got '7:500ms' (from --tenant-retention)"},
     {"--tenant-retention", "7:1h,7:2h", "tenant_retention",
      "config: tenant_retention: tenant '7' is listed twice (from --tenant-retention)"},
+    {"--mailbox-retain-count", "0", "mailbox_retain_count",
+     "config: mailbox_retain_count: expected an integer from 1 to 4000000000, got '0' (from "
+     "--mailbox-retain-count)"},
+    {"--mailbox-retention-interval", "500ms", "mailbox_retention_interval",
+     "config: mailbox_retention_interval: expected a duration from 1s to 7d (a number with ms, s, "
+     "m, "
+     "h or d), got '500ms' (from --mailbox-retention-interval)"},
     {"--member-limit", "1", "member_limit",
      "config: member_limit: expected an integer from 2 to 1000000, got '1' (from --member-limit)"},
     {"--api-key", "bad key", "api_key",
@@ -615,6 +624,15 @@ static void test_written_config_hides_service_tokens(void **state) {
   assert_non_null(strstr(buf, "# service_token = ops:(token not shown)\n"));
 }
 
+static void test_mailbox_retention_flags_set_count_and_interval(void **state) {
+  (void)state;
+  char *argv[] = {"--mailbox-retain-count", "4", "--mailbox-retention-interval", "1h"};
+  qim_config c;
+  load_ok(&c, 4, argv, no_env);
+  assert_int_equal(c.mailbox_retain_count, 4);
+  assert_int_equal(c.mailbox_retention_interval_ms, 3600000);
+}
+
 static void test_help_lists_every_documented_flag(void **state) {
   (void)state;
   char buf[16384] = "";
@@ -662,6 +680,7 @@ int main(void) {
       cmocka_unit_test(test_tenant_retention_gives_each_tenant_its_age),
       cmocka_unit_test(test_written_config_reads_back_identically),
       cmocka_unit_test(test_written_config_hides_service_tokens),
+      cmocka_unit_test(test_mailbox_retention_flags_set_count_and_interval),
       cmocka_unit_test(test_help_lists_every_documented_flag),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

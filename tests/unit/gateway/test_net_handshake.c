@@ -1,10 +1,12 @@
 /*
  * test_net_handshake.c — the gateway's HTTP side over real sockets on 127.0.0.1:
  * the upgrade and every refusal status, API keys, per-IP limits, slowloris deadlines,
- * plain routes and start-up errors.
+ * plain routes (also answered later, from the loop) and start-up errors.
  */
 #include "testsupport.h"
 /* testsupport first: cmocka needs its prerequisites before anything else */
+#include <stdatomic.h>
+
 #include "testsrv.h"
 #include "wsclient.h"
 
@@ -338,6 +340,55 @@ static void test_routes_answer_plain_requests(void **state) {
   assert_int_equal(tsrv_stats(&S).http_routed, 2);
 }
 
+/* A deferred route: the answer comes from a timer on the connection's loop; a second answer
+ * to the same connection finds nothing waiting. */
+typedef struct deferred {
+  uv_timer_t t;
+  uint64_t id;
+} deferred;
+static _Atomic int deferred_rc[2] = {1, 1};
+
+static void deferred_closed(uv_handle_t *h) {
+  free(h->data);
+}
+
+static void deferred_fire(uv_timer_t *t) {
+  deferred *d = t->data;
+  atomic_store(&deferred_rc[0], qim_net_http_answer(S.net, d->id, 202, "text/plain", "later\n", 6));
+  atomic_store(&deferred_rc[1], qim_net_http_answer(S.net, d->id, 500, "text/plain", "again\n", 6));
+  uv_close((uv_handle_t *)&d->t, deferred_closed);
+}
+
+static void route_deferred(const qim_http_request *req, qim_http_reply *rep, void *ud) {
+  (void)req, (void)ud;
+  deferred *d = calloc(1, sizeof *d);
+  d->id = rep->conn_id;
+  d->t.data = d;
+  uv_timer_init(qim_net_loop(S.net, rep->loop), &d->t);
+  uv_timer_start(&d->t, deferred_fire, 20, 0);
+  rep->defer = true;
+}
+
+static void test_deferred_route_answers_later_once(void **state) {
+  (void)state;
+  tsrv_stop(&S);
+  qim_net_config cfg;
+  tsrv_config(&cfg);
+  assert_int_equal(tsrv_start(&S, &cfg), 0);
+  assert_int_equal(qim_net_add_route(S.net, "/later", route_deferred, NULL), 0);
+  assert_int_equal(tsrv_run(&S), 0);
+  wsc c;
+  assert_int_equal(wsc_request(&c, S.port, "GET /later HTTP/1.1\r\nHost: x\r\n\r\n"), 202);
+  char *body = wsc_read_body(&c, 2000);
+  assert_string_equal(body, "later\n");
+  free(body);
+  wsc_close(&c);
+  WAIT_FOR(atomic_load(&deferred_rc[1]) != 1, 2000);
+  assert_int_equal(atomic_load(&deferred_rc[0]), 0);
+  assert_int_equal(atomic_load(&deferred_rc[1]), -ENOENT);
+  assert_int_equal(tsrv_stats(&S).http_routed, 1);
+}
+
 static void test_configuration_and_lifecycle_errors(void **state) {
   (void)state;
   qim_net_config cfg;
@@ -419,6 +470,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_per_ip_limit_answers_429, setup, teardown),
       cmocka_unit_test_setup_teardown(test_routes_answer_plain_requests, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_deferred_route_answers_later_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_configuration_and_lifecycle_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_loop_hooks_run_once_per_loop, setup, teardown),
   };
