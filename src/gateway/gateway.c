@@ -25,7 +25,8 @@ void qim_gateway_options_default(qim_gateway_options *o) {
   o->member_list_max = 256;
 }
 
-int qim_gateway_new(const qim_gateway_deps *deps, const qim_gateway_options *opt, qim_gateway **out) {
+int qim_gateway_new(const qim_gateway_deps *deps, const qim_gateway_options *opt,
+                    qim_gateway **out) {
   *out = NULL;
   if (!deps || !deps->cfg || !deps->store || !deps->commit || !deps->groups || !deps->history ||
       !deps->mailbox || !deps->clock || qim_shard_config_validate(&deps->shards))
@@ -40,11 +41,13 @@ int qim_gateway_new(const qim_gateway_deps *deps, const qim_gateway_options *opt
     qim_free(g);
     return -EINVAL;
   }
+  g->pres = qim__gw_presence_new();
   *out = g;
   return 0;
 }
 
-/* ---- loops ------------------------------------------------------------------------------------ */
+/* ---- loops ------------------------------------------------------------------------------------
+ */
 
 static void loop_start(qim_net *net, unsigned i, uv_loop_t *uv, void *ud) {
   (void)net;
@@ -57,6 +60,7 @@ static void loop_start(qim_net *net, unsigned i, uv_loop_t *uv, void *ud) {
   pthread_mutex_lock(&l->post_mu);
   l->accepting = true;
   pthread_mutex_unlock(&l->post_mu);
+  qim__gw_presence_loop_start(l);
   int rc = qim_mailbox_push_register(g->d.mailbox, l->cs, qim__gw_push_sink, l);
   if (rc) QIM_LOGE(NULL, "gateway.push_register_failed", "loop=%u cs=%u err=%d", i, l->cs, rc);
 }
@@ -76,11 +80,14 @@ static void loop_stop(qim_net *net, unsigned i, uv_loop_t *uv, void *ud) {
   l->accepting = false;
   pthread_mutex_unlock(&l->post_mu);
   l->stopping = true;
+  qim__gw_presence_loop_stop(l);
   qim__gw_push_drop(l);
   free_cq_if_idle(l);
 }
 
-void qim__gw_loop_hold(gw_loop *l) { l->pending++; }
+void qim__gw_loop_hold(gw_loop *l) {
+  l->pending++;
+}
 
 void qim__gw_loop_release(gw_loop *l) {
   l->pending--;
@@ -104,7 +111,8 @@ void qim__gw_loop_posted_done(gw_loop *l) {
   pthread_mutex_unlock(&l->post_mu);
 }
 
-/* ---- start and stop ------------------------------------------------------------------------------ */
+/* ---- start and stop
+ * ------------------------------------------------------------------------------ */
 
 static int check_apikey(void *ud, const char *key, qim_tenant_id *tenant) {
   qim_gateway *g = ud;
@@ -120,6 +128,7 @@ static void net_config(const qim_gateway *g, qim_net_config *nc) {
   nc->threads = c->io_threads;
   nc->idle_timeout = g->o.idle_timeout_ms;
   nc->ping_interval = g->o.ping_interval_ms;
+  nc->max_conns_per_ip = c->conns_per_ip;
   /* Room for the envelope and JSON escaping above max_message_size: an oversized {pub}
    * gets {ctrl 413}; only a frame beyond this closes with 1009 (DESIGN.md §6). */
   nc->max_message = (size_t)c->max_message_size * 4 + 65536;
@@ -165,12 +174,15 @@ int qim_gateway_start(qim_gateway *g) {
   return 0;
 }
 
-uint16_t qim_gateway_port(const qim_gateway *g) { return g->net ? qim_net_port(g->net) : 0; }
+uint16_t qim_gateway_port(const qim_gateway *g) {
+  return g->net ? qim_net_port(g->net) : 0;
+}
 
 void qim_gateway_stop(qim_gateway *g) {
   if (!g || !g->started || g->stopped) return;
   g->stopped = true;
-  for (unsigned i = 0; i < g->nloops; i++) qim_mailbox_push_unregister(g->d.mailbox, g->loops[i].cs);
+  for (unsigned i = 0; i < g->nloops; i++)
+    qim_mailbox_push_unregister(g->d.mailbox, g->loops[i].cs);
   qim_net_stop(g->net);
   for (unsigned i = 0; i < g->nloops; i++) {
     gw_loop *l = &g->loops[i];
@@ -189,6 +201,7 @@ void qim_gateway_free(qim_gateway *g) {
       qim_free(g->loops[i].rate);
     }
   qim_free(g->loops);
+  qim__gw_presence_free(g->pres);
   qim_free(g);
 }
 
@@ -201,4 +214,9 @@ void qim_gateway_stats_get(qim_gateway *g, qim_gateway_stats *out) {
   out->pushed_pres = atomic_load(&g->st_pres);
   out->push_batches = atomic_load(&g->st_batches);
   out->events_dropped = atomic_load(&g->st_dropped);
+  out->presence_sent = atomic_load(&g->st_pres_onoff);
+  out->presence_deferred = atomic_load(&g->st_pres_deferred);
+  out->fanout_capped = atomic_load(&g->st_capped);
+  out->rate_limited = atomic_load(&g->st_rate_limited);
+  out->typing_limited = atomic_load(&g->st_kp_limited);
 }

@@ -20,9 +20,12 @@
 #include "qim/log.h"
 #include "qim/mem.h"
 
-/* ---- references and attachments ----------------------------------------------------------------- */
+/* ---- references and attachments -----------------------------------------------------------------
+ */
 
-void qim__gw_session_ref(gw_session *s) { s->refs++; }
+void qim__gw_session_ref(gw_session *s) {
+  s->refs++;
+}
 
 void qim__gw_session_unref(gw_session *s) {
   if (--s->refs) return;
@@ -38,8 +41,8 @@ gw_attach *qim__gw_session_attached(gw_session *s, qim_conversation_id conv) {
   return NULL;
 }
 
-int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *topic, uint32_t mode,
-                          qim_conversation_seq since) {
+int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *topic,
+                           uint32_t mode, qim_conversation_seq since) {
   gw_attach *a = qim__gw_session_attached(s, conv);
   if (a) {
     a->mode = mode;
@@ -54,8 +57,10 @@ int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *
   a->conv = conv;
   a->mode = mode;
   a->since = since;
+  a->kp_at = 0;
   snprintf(a->topic, sizeof a->topic, "%s", topic);
   qim__gw_index_add(&s->loop->by_conv, qim__gw_key(s->tenant, conv.v), s);
+  qim__gw_presence_attach(s, conv, +1);
   return 0;
 }
 
@@ -63,7 +68,14 @@ void qim__gw_session_detach(gw_session *s, qim_conversation_id conv) {
   gw_attach *a = qim__gw_session_attached(s, conv);
   if (!a) return;
   qim__gw_index_remove(&s->loop->by_conv, qim__gw_key(s->tenant, conv.v), s);
+  qim__gw_presence_attach(s, conv, -1);
   *a = s->att[--s->natt];
+}
+
+void qim__gw_session_me(gw_session *s, bool on) {
+  if (s->me == on) return;
+  s->me = on;
+  qim__gw_presence_me(s, on ? +1 : -1);
 }
 
 void qim__gw_session_login(gw_session *s, qim_user_id user) {
@@ -94,7 +106,8 @@ qim_client_message_id qim__gw_session_cmid(gw_session *s, bool noecho) {
 /* Session-made cmids carry the noecho decision themselves, so any number of pubs may be
  * in the pipeline at once; only client-chosen cmids (qim's cmid extension) need the ring. */
 bool qim__gw_session_noecho(const gw_session *s, const qim_client_message_id *cmid) {
-  if (memcmp(cmid->b, s->nonce, 8) == 0 && (cmid->b[15] & CMID_MARK)) return cmid->b[15] & CMID_NOECHO;
+  if (memcmp(cmid->b, s->nonce, 8) == 0 && (cmid->b[15] & CMID_MARK))
+    return cmid->b[15] & CMID_NOECHO;
   unsigned n = s->noecho_n < GW_NOECHO ? s->noecho_n : GW_NOECHO;
   for (unsigned i = 0; i < n; i++)
     if (memcmp(s->noecho[i].b, cmid->b, sizeof cmid->b) == 0) return true;
@@ -136,12 +149,16 @@ void qim__gw_pending_done(gw_session *s, const qim_client_message_id *cmid) {
 }
 
 qim_authenticated_actor qim__gw_actor(const gw_session *s) {
-  return (qim_authenticated_actor){.tenant_id = s->tenant, .user_id = s->user, .device_id = s->device};
+  return (qim_authenticated_actor){
+      .tenant_id = s->tenant, .user_id = s->user, .device_id = s->device};
 }
 
-/* ---- replies -------------------------------------------------------------------------------------- */
+/* ---- replies
+ * -------------------------------------------------------------------------------------- */
 
-uint64_t qim__gw_now(const qim_gateway *g) { return qim_clock_wall_ms(g->d.clock); }
+uint64_t qim__gw_now(const qim_gateway *g) {
+  return qim_clock_wall_ms(g->d.clock);
+}
 
 void qim__gw_send(gw_session *s, char *json, size_t len) {
   if (json && s->conn) qim_conn_send_text(s->conn, json, len);
@@ -161,13 +178,24 @@ int qim__gw_err_code(int rc, const char **text) {
     code = 500;
   } else {
     switch (rc) {
-    case -ENOENT: code = 404; break;
-    case -EEXIST: code = 409; break;
-    case -EINVAL: code = 400; break;
-    case -EACCES: code = 403; break;
-    case -EMSGSIZE:
-    case -E2BIG: code = 413; break;
-    default: code = 500;
+      case -ENOENT:
+        code = 404;
+        break;
+      case -EEXIST:
+        code = 409;
+        break;
+      case -EINVAL:
+        code = 400;
+        break;
+      case -EACCES:
+        code = 403;
+        break;
+      case -EMSGSIZE:
+      case -E2BIG:
+        code = 413;
+        break;
+      default:
+        code = 500;
     }
   }
   *text = qim_proto_code_text(code);
@@ -179,8 +207,12 @@ void qim__gw_ctrl(gw_session *s, const gw_req *r, const char *topic, int code, c
   qim_gateway *g = s->loop->gw;
   if (code >= 400) atomic_fetch_add(&g->st_errors, 1);
   size_t len;
-  char *j = qim_proto_ctrl(r ? r->msg.id : NULL, topic ? topic : r ? r->msg.topic : NULL, code,
-                           text ? text : qim_proto_code_text(code), params, qim__gw_now(g), &len);
+  char *j =
+      qim_proto_ctrl(r ? r->msg.id : NULL,
+                     topic ? topic
+                     : r   ? r->msg.topic
+                           : NULL,
+                     code, text ? text : qim_proto_code_text(code), params, qim__gw_now(g), &len);
   json_decref(params);
   qim__gw_send(s, j, len);
 }
@@ -191,7 +223,8 @@ void qim__gw_fail(gw_session *s, const gw_req *r, int rc) {
   qim__gw_ctrl(s, r, NULL, code, text, NULL);
 }
 
-/* ---- frames built in workers ------------------------------------------------------------------------ */
+/* ---- frames built in workers
+ * ------------------------------------------------------------------------ */
 
 void qim__gw_out_add(gw_out *o, char *buf, size_t len) {
   if (!buf) return;
@@ -207,7 +240,8 @@ void qim__gw_out_add(gw_out *o, char *buf, size_t len) {
 void qim__gw_out_ctrl(gw_out *o, const char *id, const char *topic, int code, const char *text,
                       json_t *params, uint64_t now) {
   size_t len;
-  char *j = qim_proto_ctrl(id, topic, code, text ? text : qim_proto_code_text(code), params, now, &len);
+  char *j =
+      qim_proto_ctrl(id, topic, code, text ? text : qim_proto_code_text(code), params, now, &len);
   json_decref(params);
   if (code >= 400) o->errors++;
   qim__gw_out_add(o, j, len);
@@ -268,7 +302,8 @@ void qim__gw_job_finish(gw_job *j) {
   j->req = NULL;
 }
 
-/* ---- the request queue ----------------------------------------------------------------------------- */
+/* ---- the request queue
+ * ----------------------------------------------------------------------------- */
 
 static void req_free(gw_req *r) {
   qim_proto_msg_free(&r->msg);
@@ -300,19 +335,39 @@ static void dispatch(gw_req *r) {
     return;
   }
   switch (r->msg.kind) {
-  case QIM_PROTO_HI: qim__gw_hi(r); break;
-  case QIM_PROTO_ACC: qim__gw_acc(r); break;
-  case QIM_PROTO_LOGIN: qim__gw_login(r); break;
-  case QIM_PROTO_SUB: qim__gw_sub(r); break;
-  case QIM_PROTO_LEAVE: qim__gw_leave(r); break;
-  case QIM_PROTO_PUB: qim__gw_pub(r); break;
-  case QIM_PROTO_GET: qim__gw_get(r); break;
-  case QIM_PROTO_SET: qim__gw_set(r); break;
-  case QIM_PROTO_DEL: qim__gw_del(r); break;
-  case QIM_PROTO_NOTE: qim__gw_note(r); break;
-  default:
-    qim__gw_ctrl(s, r, NULL, 501, "not implemented", NULL);
-    qim__gw_req_done(r);
+    case QIM_PROTO_HI:
+      qim__gw_hi(r);
+      break;
+    case QIM_PROTO_ACC:
+      qim__gw_acc(r);
+      break;
+    case QIM_PROTO_LOGIN:
+      qim__gw_login(r);
+      break;
+    case QIM_PROTO_SUB:
+      qim__gw_sub(r);
+      break;
+    case QIM_PROTO_LEAVE:
+      qim__gw_leave(r);
+      break;
+    case QIM_PROTO_PUB:
+      qim__gw_pub(r);
+      break;
+    case QIM_PROTO_GET:
+      qim__gw_get(r);
+      break;
+    case QIM_PROTO_SET:
+      qim__gw_set(r);
+      break;
+    case QIM_PROTO_DEL:
+      qim__gw_del(r);
+      break;
+    case QIM_PROTO_NOTE:
+      qim__gw_note(r);
+      break;
+    default:
+      qim__gw_ctrl(s, r, NULL, 501, "not implemented", NULL);
+      qim__gw_req_done(r);
   }
 }
 
@@ -344,11 +399,36 @@ static bool exclusive(qim_proto_kind k) {
   return k != QIM_PROTO_PUB && k != QIM_PROTO_GET && k != QIM_PROTO_NOTE;
 }
 
+/* The session's request token bucket (request_rate per second, request_burst deep): false
+ * when this request is one too many. Monotonic time, so a wall clock step changes nothing. */
+static bool rate_ok(gw_session *s) {
+  const qim_config *c = s->loop->gw->d.cfg;
+  uint64_t now = uv_now(s->loop->uv);
+  double burst = c->request_burst ? c->request_burst : 1;
+  if (s->req_at == 0)
+    s->req_tokens = burst;
+  else if (now > s->req_at)
+    s->req_tokens += (double)(now - s->req_at) * c->request_rate / 1000.0;
+  if (s->req_tokens > burst) s->req_tokens = burst;
+  s->req_at = now ? now : 1;
+  if (s->req_tokens < 1.0) return false;
+  s->req_tokens -= 1.0;
+  return true;
+}
+
 static void enqueue(gw_session *s, gw_req *r) {
   qim_gateway *g = s->loop->gw;
+  if (!rate_ok(s)) {
+    /* Tinode-like 429; the connection stays. A note has no reply: it just goes. */
+    atomic_fetch_add(&g->st_rate_limited, 1);
+    if (r->msg.kind != QIM_PROTO_NOTE) qim__gw_ctrl(s, r, NULL, 429, "too many requests", NULL);
+    req_free(r);
+    return;
+  }
   if (s->qlen >= g->o.queue_max) {
     /* Too far ahead: answer now (a note just goes), keep the connection. */
-    if (r->msg.kind != QIM_PROTO_NOTE) qim__gw_ctrl(s, r, NULL, 503, "too many requests in flight", NULL);
+    if (r->msg.kind != QIM_PROTO_NOTE)
+      qim__gw_ctrl(s, r, NULL, 503, "too many requests in flight", NULL);
     req_free(r);
     return;
   }
@@ -364,7 +444,8 @@ static void enqueue(gw_session *s, gw_req *r) {
   pump(s);
 }
 
-/* ---- connection callbacks ---------------------------------------------------------------------------- */
+/* ---- connection callbacks
+ * ---------------------------------------------------------------------------- */
 
 void qim__gw_on_open(qim_conn *c, void *ud) {
   qim_gateway *g = ud;
@@ -399,7 +480,8 @@ void qim__gw_on_message(qim_conn *c, int opcode, const uint8_t *data, size_t len
   }
   qim_proto_error e;
   gw_req *r = qim_calloc(1, sizeof *r);
-  int rc = opcode == QIM_WS_OP_TEXT ? qim_proto_decode((const char *)data, len, 0, &r->msg, &e) : -EINVAL;
+  int rc = opcode == QIM_WS_OP_TEXT ? qim_proto_decode((const char *)data, len, 0, &r->msg, &e)
+                                    : -EINVAL;
   if (rc) {
     if (opcode != QIM_WS_OP_TEXT) {
       memset(&e, 0, sizeof e);
@@ -420,9 +502,12 @@ void qim__gw_on_close(qim_conn *c, int code, void *ud) {
   if (!s) return;
   qim_conn_set_data(c, NULL);
   s->conn = NULL;
-  for (size_t i = 0; i < s->natt; i++)
+  for (size_t i = 0; i < s->natt; i++) {
     qim__gw_index_remove(&s->loop->by_conv, qim__gw_key(s->tenant, s->att[i].conv.v), s);
+    qim__gw_presence_attach(s, s->att[i].conv, -1);
+  }
   s->natt = 0;
+  qim__gw_session_me(s, false);
   if (s->state == GW_AUTH) {
     qim__gw_index_remove(&s->loop->by_user, qim__gw_key(s->tenant, s->user.v), s);
     atomic_fetch_sub(&g->st_auth, 1);
