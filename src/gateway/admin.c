@@ -57,9 +57,7 @@ static void pipeline(const qim_http_request *req, qim_http_reply *rep, void *ud)
   }
   const char *service = authorize(g, req, rep);
   if (!service) return;
-  json_t *b = req->body
-                  ? json_loadb((const char *)req->body, req->body_len, JSON_REJECT_DUPLICATES, NULL)
-                  : NULL;
+  json_t *b = req->body ? json_loadb((const char *)req->body, req->body_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
   const char *stage = json_string_value(json_object_get(b, "stage"));
   json_t *paused = json_object_get(b, "paused");
   qim_mailbox_stage st;
@@ -79,8 +77,7 @@ static void pipeline(const qim_http_request *req, qim_http_reply *rep, void *ud)
     qim_mailbox_pause(g->d.mailbox, st);
   else
     qim_mailbox_resume(g->d.mailbox, st);
-  QIM_LOGI(NULL, "gateway.pipeline_control", "service=%s stage=%s paused=%s", service, stage,
-           p ? "true" : "false");
+  QIM_LOGI(NULL, "gateway.pipeline_control", "service=%s stage=%s paused=%s", service, stage, p ? "true" : "false");
   reply_json(rep, 200, json_pack("{sssb}", "stage", stage, "paused", p));
   json_decref(b);
 }
@@ -96,13 +93,13 @@ static void stats(const qim_http_request *req, qim_http_reply *rep, void *ud) {
   qim_gateway_stats_get(g, &s);
   json_t *j = json_pack("{sIsIsIsIsIsIsIsI}", "sessions", (json_int_t)s.sessions, "authenticated",
                         (json_int_t)s.authenticated, "requests", (json_int_t)s.requests, "errors",
-                        (json_int_t)s.errors, "pushed_data", (json_int_t)s.pushed_data,
-                        "pushed_pres", (json_int_t)s.pushed_pres, "push_batches",
-                        (json_int_t)s.push_batches, "events_dropped", (json_int_t)s.events_dropped);
-  json_t *more = json_pack("{sIsIsIsIsI}", "presence_sent", (json_int_t)s.presence_sent,
-                           "presence_deferred", (json_int_t)s.presence_deferred, "fanout_capped",
-                           (json_int_t)s.fanout_capped, "rate_limited", (json_int_t)s.rate_limited,
-                           "typing_limited", (json_int_t)s.typing_limited);
+                        (json_int_t)s.errors, "pushed_data", (json_int_t)s.pushed_data, "pushed_pres",
+                        (json_int_t)s.pushed_pres, "push_batches", (json_int_t)s.push_batches,
+                        "events_dropped", (json_int_t)s.events_dropped);
+  json_t *more = json_pack("{sIsIsIsIsI}", "presence_sent", (json_int_t)s.presence_sent, "presence_deferred",
+                           (json_int_t)s.presence_deferred, "fanout_capped", (json_int_t)s.fanout_capped,
+                           "rate_limited", (json_int_t)s.rate_limited, "typing_limited",
+                           (json_int_t)s.typing_limited);
   json_object_update(j, more);
   json_decref(more);
   reply_json(rep, 200, j);

@@ -25,8 +25,7 @@ void qim_gateway_options_default(qim_gateway_options *o) {
   o->member_list_max = 256;
 }
 
-int qim_gateway_new(const qim_gateway_deps *deps, const qim_gateway_options *opt,
-                    qim_gateway **out) {
+int qim_gateway_new(const qim_gateway_deps *deps, const qim_gateway_options *opt, qim_gateway **out) {
   *out = NULL;
   if (!deps || !deps->cfg || !deps->store || !deps->commit || !deps->groups || !deps->history ||
       !deps->mailbox || !deps->clock || qim_shard_config_validate(&deps->shards))
@@ -46,8 +45,7 @@ int qim_gateway_new(const qim_gateway_deps *deps, const qim_gateway_options *opt
   return 0;
 }
 
-/* ---- loops ------------------------------------------------------------------------------------
- */
+/* ---- loops ------------------------------------------------------------------------------------ */
 
 static void loop_start(qim_net *net, unsigned i, uv_loop_t *uv, void *ud) {
   (void)net;
@@ -85,9 +83,7 @@ static void loop_stop(qim_net *net, unsigned i, uv_loop_t *uv, void *ud) {
   free_cq_if_idle(l);
 }
 
-void qim__gw_loop_hold(gw_loop *l) {
-  l->pending++;
-}
+void qim__gw_loop_hold(gw_loop *l) { l->pending++; }
 
 void qim__gw_loop_release(gw_loop *l) {
   l->pending--;
@@ -111,8 +107,7 @@ void qim__gw_loop_posted_done(gw_loop *l) {
   pthread_mutex_unlock(&l->post_mu);
 }
 
-/* ---- start and stop
- * ------------------------------------------------------------------------------ */
+/* ---- start and stop ------------------------------------------------------------------------------ */
 
 static int check_apikey(void *ud, const char *key, qim_tenant_id *tenant) {
   qim_gateway *g = ud;
@@ -174,15 +169,12 @@ int qim_gateway_start(qim_gateway *g) {
   return 0;
 }
 
-uint16_t qim_gateway_port(const qim_gateway *g) {
-  return g->net ? qim_net_port(g->net) : 0;
-}
+uint16_t qim_gateway_port(const qim_gateway *g) { return g->net ? qim_net_port(g->net) : 0; }
 
 void qim_gateway_stop(qim_gateway *g) {
   if (!g || !g->started || g->stopped) return;
   g->stopped = true;
-  for (unsigned i = 0; i < g->nloops; i++)
-    qim_mailbox_push_unregister(g->d.mailbox, g->loops[i].cs);
+  for (unsigned i = 0; i < g->nloops; i++) qim_mailbox_push_unregister(g->d.mailbox, g->loops[i].cs);
   qim_net_stop(g->net);
   for (unsigned i = 0; i < g->nloops; i++) {
     gw_loop *l = &g->loops[i];

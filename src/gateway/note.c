@@ -29,9 +29,9 @@ struct gw_event {
   gw_loop *l;
   qim_tenant_id tenant;
   qim_conversation_id conv;
-  qim_user_id user;      /* whose sessions get pres_me */
-  uint64_t exclude;      /* the sending connection */
-  qim_ws_frame *info;    /* to attached sessions; NULL = none */
+  qim_user_id user;     /* whose sessions get pres_me */
+  uint64_t exclude;     /* the sending connection */
+  qim_ws_frame *info;   /* to attached sessions; NULL = none */
   qim_ws_frame *pres_me; /* to the user's `me` sessions not attached; NULL = none */
 };
 
@@ -53,14 +53,12 @@ static void deliver(gw_loop *l, const gw_event *ev) {
   if (ev->info) {
     v = qim__gw_index_find(&l->by_conv, qim__gw_key(ev->tenant, ev->conv.v), &n);
     for (size_t i = 0; i < n; i++)
-      if (v[i]->conn && v[i]->conn_id != ev->exclude)
-        send_bounded(v[i], ev->info, &budget, &capped);
+      if (v[i]->conn && v[i]->conn_id != ev->exclude) send_bounded(v[i], ev->info, &budget, &capped);
   }
   if (ev->pres_me) {
     v = qim__gw_index_find(&l->by_user, qim__gw_key(ev->tenant, ev->user.v), &n);
     for (size_t i = 0; i < n; i++)
-      if (v[i]->conn && v[i]->me && v[i]->conn_id != ev->exclude &&
-          !qim__gw_session_attached(v[i], ev->conv))
+      if (v[i]->conn && v[i]->me && v[i]->conn_id != ev->exclude && !qim__gw_session_attached(v[i], ev->conv))
         send_bounded(v[i], ev->pres_me, &budget, &capped);
   }
   if (capped) atomic_fetch_add(&l->gw->st_capped, capped);
@@ -85,17 +83,12 @@ static qim_ws_frame *frame_of(char *json, const size_t *len) {
 }
 
 /* Posts the notice to every loop (this one included). Takes the frames' references. */
-static void broadcast(gw_session *s, qim_conversation_id conv, qim_ws_frame *info,
-                      qim_ws_frame *pres_me) {
+static void broadcast(gw_session *s, qim_conversation_id conv, qim_ws_frame *info, qim_ws_frame *pres_me) {
   qim_gateway *g = s->loop->gw;
   for (unsigned i = 0; i < g->nloops; i++) {
     gw_event *ev = qim_calloc(1, sizeof *ev);
-    *ev = (gw_event){.it = {.run = qim__gw_event_run},
-                     .l = &g->loops[i],
-                     .tenant = s->tenant,
-                     .conv = conv,
-                     .user = s->user,
-                     .exclude = s->conn_id};
+    *ev = (gw_event){.it = {.run = qim__gw_event_run}, .l = &g->loops[i], .tenant = s->tenant, .conv = conv,
+                     .user = s->user, .exclude = s->conn_id};
     ev->info = info ? qim_ws_frame_ref(info) : NULL;
     ev->pres_me = pres_me ? qim_ws_frame_ref(pres_me) : NULL;
     if (!qim__gw_loop_post(ev->l, &ev->it, EVENT_LIMIT)) {
@@ -111,44 +104,31 @@ static void broadcast(gw_session *s, qim_conversation_id conv, qim_ws_frame *inf
 
 static const char *what_name(qim_proto_note_what w) {
   switch (w) {
-    case QIM_PROTO_NOTE_KP:
-      return "kp";
-    case QIM_PROTO_NOTE_KPA:
-      return "kpa";
-    case QIM_PROTO_NOTE_KPV:
-      return "kpv";
-    case QIM_PROTO_NOTE_READ:
-      return "read";
-    case QIM_PROTO_NOTE_RECV:
-      return "recv";
-    case QIM_PROTO_NOTE_DATA:
-      return "data";
-    default:
-      return "call";
+  case QIM_PROTO_NOTE_KP: return "kp";
+  case QIM_PROTO_NOTE_KPA: return "kpa";
+  case QIM_PROTO_NOTE_KPV: return "kpv";
+  case QIM_PROTO_NOTE_READ: return "read";
+  case QIM_PROTO_NOTE_RECV: return "recv";
+  case QIM_PROTO_NOTE_DATA: return "data";
+  default: return "call";
   }
 }
 
-static void notify(gw_session *s, const char *topic, qim_conversation_id conv,
-                   const qim_proto_note *n, bool receipt) {
+static void notify(gw_session *s, const char *topic, qim_conversation_id conv, const qim_proto_note *n,
+                   bool receipt) {
   size_t len;
-  qim_proto_info_frame inf = {.topic = topic,
-                              .from = s->uname,
-                              .what = what_name(n->what),
-                              .seq = n->seq,
-                              .event = n->event,
-                              .payload = n->payload};
+  qim_proto_info_frame inf = {.topic = topic, .from = s->uname, .what = what_name(n->what), .seq = n->seq,
+                              .event = n->event, .payload = n->payload};
   qim_ws_frame *info = frame_of(qim_proto_info(&inf, &len), &len);
   qim_ws_frame *pres = NULL;
   if (receipt) {
-    qim_proto_pres_frame p = {
-        .topic = "me", .src = topic, .what = what_name(n->what), .seq = n->seq};
+    qim_proto_pres_frame p = {.topic = "me", .src = topic, .what = what_name(n->what), .seq = n->seq};
     pres = frame_of(qim_proto_pres(&p, &len), &len);
   }
   broadcast(s, conv, info, pres);
 }
 
-/* ---- receipts
- * ------------------------------------------------------------------------------------ */
+/* ---- receipts ------------------------------------------------------------------------------------ */
 
 typedef struct note_job {
   gw_job j;
@@ -167,8 +147,7 @@ static void note_run(gw_job *j) {
 static void note_after(gw_job *j) {
   note_job *b = (note_job *)j;
   gw_req *r = j->req;
-  if (b->changed && qim__gw_session_open(r->s))
-    notify(r->s, r->msg.topic, b->n.conversation_id, &r->msg.u.note, true);
+  if (b->changed && qim__gw_session_open(r->s)) notify(r->s, r->msg.topic, b->n.conversation_id, &r->msg.u.note, true);
   qim__gw_job_finish(j);
 }
 
@@ -197,19 +176,16 @@ void qim__gw_note(gw_req *r) {
     qim__gw_ctrl(s, r, NULL, 409, "must attach first", NULL);
   } else if (m->what == QIM_PROTO_NOTE_READ || m->what == QIM_PROTO_NOTE_RECV) {
     note_job *b = qim_calloc(1, sizeof *b);
-    b->n = (qim_history_note_req){
-        .actor = qim__gw_actor(s),
-        .conversation_id = conv,
-        .what = m->what == QIM_PROTO_NOTE_READ ? QIM_HISTORY_NOTE_READ : QIM_HISTORY_NOTE_RECV,
-        .seq = m->seq,
-        .trace_id = r->trace};
+    b->n = (qim_history_note_req){.actor = qim__gw_actor(s), .conversation_id = conv,
+                                  .what = m->what == QIM_PROTO_NOTE_READ ? QIM_HISTORY_NOTE_READ
+                                                                          : QIM_HISTORY_NOTE_RECV,
+                                  .seq = m->seq, .trace_id = r->trace};
     b->j.req = r;
     b->j.run = note_run;
     b->j.after = note_after;
     qim__gw_job_start(s->loop, &b->j);
     return;
-  } else if (m->what != QIM_PROTO_NOTE_CALL && (att->mode & QIM_MODE_WRITE) &&
-             typing_ok(s, att, m->what)) {
+  } else if (m->what != QIM_PROTO_NOTE_CALL && (att->mode & QIM_MODE_WRITE) && typing_ok(s, att, m->what)) {
     notify(s, r->msg.topic, conv, m, false); /* kp, kpa, kpv, data: relayed as they are */
   }
   qim__gw_req_done(r);

@@ -20,12 +20,9 @@
 #include "qim/log.h"
 #include "qim/mem.h"
 
-/* ---- references and attachments -----------------------------------------------------------------
- */
+/* ---- references and attachments ----------------------------------------------------------------- */
 
-void qim__gw_session_ref(gw_session *s) {
-  s->refs++;
-}
+void qim__gw_session_ref(gw_session *s) { s->refs++; }
 
 void qim__gw_session_unref(gw_session *s) {
   if (--s->refs) return;
@@ -41,8 +38,8 @@ gw_attach *qim__gw_session_attached(gw_session *s, qim_conversation_id conv) {
   return NULL;
 }
 
-int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *topic,
-                           uint32_t mode, qim_conversation_seq since) {
+int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *topic, uint32_t mode,
+                          qim_conversation_seq since) {
   gw_attach *a = qim__gw_session_attached(s, conv);
   if (a) {
     a->mode = mode;
@@ -106,8 +103,7 @@ qim_client_message_id qim__gw_session_cmid(gw_session *s, bool noecho) {
 /* Session-made cmids carry the noecho decision themselves, so any number of pubs may be
  * in the pipeline at once; only client-chosen cmids (qim's cmid extension) need the ring. */
 bool qim__gw_session_noecho(const gw_session *s, const qim_client_message_id *cmid) {
-  if (memcmp(cmid->b, s->nonce, 8) == 0 && (cmid->b[15] & CMID_MARK))
-    return cmid->b[15] & CMID_NOECHO;
+  if (memcmp(cmid->b, s->nonce, 8) == 0 && (cmid->b[15] & CMID_MARK)) return cmid->b[15] & CMID_NOECHO;
   unsigned n = s->noecho_n < GW_NOECHO ? s->noecho_n : GW_NOECHO;
   for (unsigned i = 0; i < n; i++)
     if (memcmp(s->noecho[i].b, cmid->b, sizeof cmid->b) == 0) return true;
@@ -149,16 +145,12 @@ void qim__gw_pending_done(gw_session *s, const qim_client_message_id *cmid) {
 }
 
 qim_authenticated_actor qim__gw_actor(const gw_session *s) {
-  return (qim_authenticated_actor){
-      .tenant_id = s->tenant, .user_id = s->user, .device_id = s->device};
+  return (qim_authenticated_actor){.tenant_id = s->tenant, .user_id = s->user, .device_id = s->device};
 }
 
-/* ---- replies
- * -------------------------------------------------------------------------------------- */
+/* ---- replies -------------------------------------------------------------------------------------- */
 
-uint64_t qim__gw_now(const qim_gateway *g) {
-  return qim_clock_wall_ms(g->d.clock);
-}
+uint64_t qim__gw_now(const qim_gateway *g) { return qim_clock_wall_ms(g->d.clock); }
 
 void qim__gw_send(gw_session *s, char *json, size_t len) {
   if (json && s->conn) qim_conn_send_text(s->conn, json, len);
@@ -178,24 +170,13 @@ int qim__gw_err_code(int rc, const char **text) {
     code = 500;
   } else {
     switch (rc) {
-      case -ENOENT:
-        code = 404;
-        break;
-      case -EEXIST:
-        code = 409;
-        break;
-      case -EINVAL:
-        code = 400;
-        break;
-      case -EACCES:
-        code = 403;
-        break;
-      case -EMSGSIZE:
-      case -E2BIG:
-        code = 413;
-        break;
-      default:
-        code = 500;
+    case -ENOENT: code = 404; break;
+    case -EEXIST: code = 409; break;
+    case -EINVAL: code = 400; break;
+    case -EACCES: code = 403; break;
+    case -EMSGSIZE:
+    case -E2BIG: code = 413; break;
+    default: code = 500;
     }
   }
   *text = qim_proto_code_text(code);
@@ -207,12 +188,8 @@ void qim__gw_ctrl(gw_session *s, const gw_req *r, const char *topic, int code, c
   qim_gateway *g = s->loop->gw;
   if (code >= 400) atomic_fetch_add(&g->st_errors, 1);
   size_t len;
-  char *j =
-      qim_proto_ctrl(r ? r->msg.id : NULL,
-                     topic ? topic
-                     : r   ? r->msg.topic
-                           : NULL,
-                     code, text ? text : qim_proto_code_text(code), params, qim__gw_now(g), &len);
+  char *j = qim_proto_ctrl(r ? r->msg.id : NULL, topic ? topic : r ? r->msg.topic : NULL, code,
+                           text ? text : qim_proto_code_text(code), params, qim__gw_now(g), &len);
   json_decref(params);
   qim__gw_send(s, j, len);
 }
@@ -223,8 +200,7 @@ void qim__gw_fail(gw_session *s, const gw_req *r, int rc) {
   qim__gw_ctrl(s, r, NULL, code, text, NULL);
 }
 
-/* ---- frames built in workers
- * ------------------------------------------------------------------------ */
+/* ---- frames built in workers ------------------------------------------------------------------------ */
 
 void qim__gw_out_add(gw_out *o, char *buf, size_t len) {
   if (!buf) return;
@@ -240,8 +216,7 @@ void qim__gw_out_add(gw_out *o, char *buf, size_t len) {
 void qim__gw_out_ctrl(gw_out *o, const char *id, const char *topic, int code, const char *text,
                       json_t *params, uint64_t now) {
   size_t len;
-  char *j =
-      qim_proto_ctrl(id, topic, code, text ? text : qim_proto_code_text(code), params, now, &len);
+  char *j = qim_proto_ctrl(id, topic, code, text ? text : qim_proto_code_text(code), params, now, &len);
   json_decref(params);
   if (code >= 400) o->errors++;
   qim__gw_out_add(o, j, len);
@@ -302,8 +277,7 @@ void qim__gw_job_finish(gw_job *j) {
   j->req = NULL;
 }
 
-/* ---- the request queue
- * ----------------------------------------------------------------------------- */
+/* ---- the request queue ----------------------------------------------------------------------------- */
 
 static void req_free(gw_req *r) {
   qim_proto_msg_free(&r->msg);
@@ -335,39 +309,19 @@ static void dispatch(gw_req *r) {
     return;
   }
   switch (r->msg.kind) {
-    case QIM_PROTO_HI:
-      qim__gw_hi(r);
-      break;
-    case QIM_PROTO_ACC:
-      qim__gw_acc(r);
-      break;
-    case QIM_PROTO_LOGIN:
-      qim__gw_login(r);
-      break;
-    case QIM_PROTO_SUB:
-      qim__gw_sub(r);
-      break;
-    case QIM_PROTO_LEAVE:
-      qim__gw_leave(r);
-      break;
-    case QIM_PROTO_PUB:
-      qim__gw_pub(r);
-      break;
-    case QIM_PROTO_GET:
-      qim__gw_get(r);
-      break;
-    case QIM_PROTO_SET:
-      qim__gw_set(r);
-      break;
-    case QIM_PROTO_DEL:
-      qim__gw_del(r);
-      break;
-    case QIM_PROTO_NOTE:
-      qim__gw_note(r);
-      break;
-    default:
-      qim__gw_ctrl(s, r, NULL, 501, "not implemented", NULL);
-      qim__gw_req_done(r);
+  case QIM_PROTO_HI: qim__gw_hi(r); break;
+  case QIM_PROTO_ACC: qim__gw_acc(r); break;
+  case QIM_PROTO_LOGIN: qim__gw_login(r); break;
+  case QIM_PROTO_SUB: qim__gw_sub(r); break;
+  case QIM_PROTO_LEAVE: qim__gw_leave(r); break;
+  case QIM_PROTO_PUB: qim__gw_pub(r); break;
+  case QIM_PROTO_GET: qim__gw_get(r); break;
+  case QIM_PROTO_SET: qim__gw_set(r); break;
+  case QIM_PROTO_DEL: qim__gw_del(r); break;
+  case QIM_PROTO_NOTE: qim__gw_note(r); break;
+  default:
+    qim__gw_ctrl(s, r, NULL, 501, "not implemented", NULL);
+    qim__gw_req_done(r);
   }
 }
 
@@ -400,7 +354,7 @@ static bool exclusive(qim_proto_kind k) {
 }
 
 /* The session's request token bucket (request_rate per second, request_burst deep): false
- * when this request is one too many. Monotonic time, so a wall clock step changes nothing. */
+ * when this request is one too many. Loop time, so a wall clock step changes nothing. */
 static bool rate_ok(gw_session *s) {
   const qim_config *c = s->loop->gw->d.cfg;
   uint64_t now = uv_now(s->loop->uv);
@@ -427,8 +381,7 @@ static void enqueue(gw_session *s, gw_req *r) {
   }
   if (s->qlen >= g->o.queue_max) {
     /* Too far ahead: answer now (a note just goes), keep the connection. */
-    if (r->msg.kind != QIM_PROTO_NOTE)
-      qim__gw_ctrl(s, r, NULL, 503, "too many requests in flight", NULL);
+    if (r->msg.kind != QIM_PROTO_NOTE) qim__gw_ctrl(s, r, NULL, 503, "too many requests in flight", NULL);
     req_free(r);
     return;
   }
@@ -444,8 +397,7 @@ static void enqueue(gw_session *s, gw_req *r) {
   pump(s);
 }
 
-/* ---- connection callbacks
- * ---------------------------------------------------------------------------- */
+/* ---- connection callbacks ---------------------------------------------------------------------------- */
 
 void qim__gw_on_open(qim_conn *c, void *ud) {
   qim_gateway *g = ud;
@@ -480,8 +432,7 @@ void qim__gw_on_message(qim_conn *c, int opcode, const uint8_t *data, size_t len
   }
   qim_proto_error e;
   gw_req *r = qim_calloc(1, sizeof *r);
-  int rc = opcode == QIM_WS_OP_TEXT ? qim_proto_decode((const char *)data, len, 0, &r->msg, &e)
-                                    : -EINVAL;
+  int rc = opcode == QIM_WS_OP_TEXT ? qim_proto_decode((const char *)data, len, 0, &r->msg, &e) : -EINVAL;
   if (rc) {
     if (opcode != QIM_WS_OP_TEXT) {
       memset(&e, 0, sizeof e);
