@@ -5,11 +5,14 @@
  * argon2id cost: logins still verify it the normal way (the cost travels in the hash
  * string), they are just cheap. Never use this on a store real users log into.
  *
- *   qim-seed --data DIR --count N --prefix P --password PW [--tenant T] [--first I]
+ *   qim-seed --data DIR --count N --prefix P --password PW [--tenant T] [--first I] [--group 1]
  *
  * DIR is qimd's data directory (its default sqlite store; start qimd with the same shard
  * settings, the defaults). Prints one "login uid" line per account on stdout. A login that
- * exists already is skipped (its line is not printed).
+ * exists already is skipped (its line is not printed). With --group 1, also makes a group
+ * owned by the first new account with every other one as a Member (one membership change,
+ * as the store would apply an admin's bulk add; no Control message announces it) and
+ * prints "group grp…" last.
  */
 #include <errno.h>
 #include <sodium.h>
@@ -18,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "group/group_rules.h"
 #include "qim/config.h"
 #include "qim/ids.h"
 #include "qim/mem.h"
@@ -25,7 +29,7 @@
 
 typedef struct seed_opts {
   const char *data, *prefix, *password;
-  unsigned long count, first, tenant;
+  unsigned long count, first, tenant, group;
 } seed_opts;
 
 static int usage(void) {
@@ -51,6 +55,8 @@ static int parse(int argc, char **argv, seed_opts *o) {
       o->first = strtoul(v, NULL, 10);
     else if (strcmp(k, "--tenant") == 0)
       o->tenant = strtoul(v, NULL, 10);
+    else if (strcmp(k, "--group") == 0)
+      o->group = strtoul(v, NULL, 10);
     else
       return -EINVAL;
   }
@@ -89,6 +95,35 @@ static int create(qim_store *st, qim_tenant_id t, const char *login, const char 
   return QIM_STORE_SYNC(st, accounts.user_create, &ur);
 }
 
+/* A group owned by users[0] with users[1..n) as Members, in two store calls. */
+static int make_group(qim_store *st, qim_tenant_id t, const qim_user_id *users, size_t n,
+                      char *name, size_t cap) {
+  qim_group_id gid = {qim_u128_random()};
+  qim_conversation_id conv = qim_group_conversation(gid);
+  uint32_t member = qim_group_role_mode(QIM_GROUP_ROLE_MEMBER);
+  qim_store_conv_create_req cr = {.conv = {.tenant_id = t,
+                                           .conversation_id = conv,
+                                           .kind = QIM_CONVERSATION_GROUP,
+                                           .owner_id = users[0],
+                                           .public_json = "{\"fn\":\"seeded group\"}",
+                                           .default_mode_auth = member}};
+  int rc = QIM_STORE_SYNC(st, conversations.create, &cr);
+  if (rc || n < 2) return rc;
+  qim_store_member_change *ch = qim_calloc(n - 1, sizeof *ch);
+  for (size_t i = 1; i < n; i++)
+    ch[i - 1] = (qim_store_member_change){.op = QIM_STORE_MEMBER_ADD,
+                                          .user_id = users[i],
+                                          .role = QIM_GROUP_ROLE_MEMBER,
+                                          .mode_want = member,
+                                          .mode_given = member};
+  qim_store_members_change_req mr = {
+      .tenant_id = t, .conversation_id = conv, .changes = ch, .change_count = n - 1};
+  rc = QIM_STORE_SYNC(st, conversations.members_change, &mr);
+  qim_free(ch);
+  qim_group_id_format(gid, name, cap);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   seed_opts o;
   if (parse(argc, argv, &o) || sodium_init() < 0) return usage();
@@ -104,6 +139,7 @@ int main(int argc, char **argv) {
   }
   qim_tenant_id t = {{0, o.tenant}};
   unsigned long made = 0;
+  qim_user_id *users = qim_calloc(o.count, sizeof *users);
   for (unsigned long i = o.first; i < o.first + o.count; i++) {
     char login[96], name[QIM_TOPIC_NAME_CAP];
     snprintf(login, sizeof login, "%s%06lu", o.prefix, i);
@@ -116,8 +152,17 @@ int main(int argc, char **argv) {
     }
     qim_user_id_format(u, name, sizeof name);
     printf("%s %s\n", login, name);
-    made++;
+    users[made++] = u;
   }
+  if (rc == 0 && o.group) {
+    char gname[QIM_TOPIC_NAME_CAP];
+    rc = make_group(st, t, users, made, gname, sizeof gname);
+    if (rc == 0)
+      printf("group %s\n", gname);
+    else
+      fprintf(stderr, "qim-seed: group: error %d\n", rc);
+  }
+  qim_free(users);
   qim_store_close(st);
   fprintf(stderr, "qim-seed: %lu accounts\n", made);
   return rc && rc != -EEXIST ? 1 : 0;
