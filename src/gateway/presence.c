@@ -67,19 +67,11 @@ struct gw_presence {
   bool busy;
 };
 
-static uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
-
 static uint64_t hash_key(gw_pres_kind k, qim_u128 t, qim_u128 c, qim_u128 u) {
-  uint64_t h = mix((uint64_t)k ^ t.hi ^ mix(t.lo));
-  h = mix(h ^ c.hi) ^ c.lo;
-  h = mix(h ^ u.hi) ^ u.lo;
-  return mix(h);
+  uint64_t h = qim_mix64((uint64_t)k ^ t.hi ^ qim_mix64(t.lo));
+  h = qim_mix64(h ^ c.hi) ^ c.lo;
+  h = qim_mix64(h ^ u.hi) ^ u.lo;
+  return qim_mix64(h);
 }
 
 gw_presence *qim__gw_presence_new(void) {
