@@ -3,9 +3,12 @@
  * only a user's first / last session makes an on / off; a flap within one interval makes
  * nothing; member changes of one topic are limited per take to fanout_max / sessions
  * attached, the rest wait (counted) and still coalesce; entries go away once nobody counts
- * them and clients know them as off.
+ * them and clients know them as off. And through a real in-process server: a user
+ * sharing a direct (p2p) conversation sees the other come online and go offline on `me`,
+ * and the one coming online is told who is online already.
  */
 #include "gateway/gateway_int.h"
+#include "gwclient.h"
 #include "qim/mem.h"
 #include "testsupport.h"
 
@@ -164,6 +167,52 @@ static void test_a_deferred_change_still_coalesces(void **state) {
   qim__gw_presence_free(p);
 }
 
+/* Reads frames until a {pres} on `me` from `src` with `what`; false on timeout. */
+static bool got_pres_me(gwc *c, const char *src, const char *what) {
+  for (;;) {
+    json_t *j = gwc_wait(c, "pres", NULL, 5000);
+    if (!j) return false;
+    json_t *p = json_object_get(j, "pres");
+    bool hit = strcmp(json_string_value(json_object_get(p, "topic")), "me") == 0 &&
+               strcmp(json_string_value(json_object_get(p, "src")), src) == 0 &&
+               strcmp(json_string_value(json_object_get(p, "what")), what) == 0;
+    json_decref(j);
+    if (hit) return true;
+  }
+}
+
+static void test_p2p_contacts_see_each_other_on_and_off_on_me(void **state) {
+  (void)state;
+  gwsrv srv;
+  const char *extra[] = {"--presence-interval", "20ms", NULL};
+  assert_int_equal(gwsrv_start_with(&srv, extra), 0);
+  gwc a, b;
+  assert_int_equal(gwc_open(&a, srv.port), 0);
+  assert_int_equal(gwc_open(&b, srv.port), 0);
+  assert_int_equal(gwc_signup(&a, "presa1", "secret-pass"), 0);
+  assert_int_equal(gwc_signup(&b, "presb1", "secret-pass"), 0);
+  /* Their direct conversation, as the p2p topics will create it. */
+  qim_user_id ua, ub;
+  assert_int_equal(qim_user_id_parse(a.user, strlen(a.user), &ua), 0);
+  assert_int_equal(qim_user_id_parse(b.user, strlen(b.user), &ub), 0);
+  bool a_low = qim_u128_cmp(ua.v, ub.v) < 0;
+  qim_store_conv_create_req cr = {.conv = {.tenant_id = T,
+                                           .conversation_id = qim_conversation_id_direct(T, ua, ub),
+                                           .kind = QIM_CONVERSATION_DIRECT,
+                                           .direct_users = {a_low ? ua : ub, a_low ? ub : ua}}};
+  assert_int_equal(QIM_STORE_SYNC(srv.node.store, conversations.create, &cr), 0);
+  gwc_sendf(&a, "{\"sub\":{\"id\":\"3\",\"topic\":\"me\"}}");
+  assert_int_equal(gwc_code(&a, "3", NULL), 200);
+  gwc_sendf(&b, "{\"sub\":{\"id\":\"3\",\"topic\":\"me\"}}");
+  assert_int_equal(gwc_code(&b, "3", NULL), 200);
+  assert_true(got_pres_me(&a, b.user, "on")); /* a hears b come online */
+  assert_true(got_pres_me(&b, a.user, "on")); /* b is told a is online already */
+  gwc_close(&b);
+  assert_true(got_pres_me(&a, b.user, "off")); /* b's last session went away */
+  gwc_close(&a);
+  gwsrv_stop(&srv);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_first_and_last_session_make_on_and_off),
@@ -171,6 +220,7 @@ int main(void) {
       cmocka_unit_test(test_topic_activity_follows_all_sessions_and_names_an_actor),
       cmocka_unit_test(test_member_changes_of_a_big_topic_spread_over_takes),
       cmocka_unit_test(test_a_deferred_change_still_coalesces),
+      cmocka_unit_test(test_p2p_contacts_see_each_other_on_and_off_on_me),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
