@@ -138,6 +138,7 @@ if [ $NEED_QIMD = 1 ]; then
   QPORT=$(free_port)
   "$QIMD" --listen 127.0.0.1:$QPORT --data "$WORK/qimd" --log-level warn \
     --login-rate 1000000 --login-burst 1000000 --send-rate 1000000 --send-burst 1000000 \
+    --request-rate 1000000 --request-burst 1000000 --conns-per-ip 0 \
     > "$WORK/qimd.log" 2>&1 &
   QPID=$!; PIDS+=("$QPID")
   for _ in $(seq 1 100); do

@@ -107,6 +107,14 @@ typedef struct qim_config {
   uint32_t send_burst;
   uint32_t login_rate; /* per second */
   uint32_t login_burst;
+  uint32_t request_rate; /* requests per second per session */
+  uint32_t request_burst;
+  uint32_t conns_per_ip; /* live connections per remote address; 0 = no limit */
+
+  /* Presence and notices (docs/gateway.md "Presence"). */
+  uint64_t presence_interval_ms; /* coalescing interval of on/off presence */
+  uint32_t presence_fanout_max;  /* deliveries of one change or notice per I/O loop */
+  uint64_t typing_interval_ms;   /* shortest gap between relayed kp per session and topic */
 
   /* Operations. */
   qim_log_level log_level;

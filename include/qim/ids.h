@@ -22,6 +22,15 @@
 int qim_u128_cmp(qim_u128 a, qim_u128 b);
 static inline int qim_u128_eq(qim_u128 a, qim_u128 b) { return a.hi == b.hi && a.lo == b.lo; }
 static inline int qim_u128_is_zero(qim_u128 a) { return a.hi == 0 && a.lo == 0; }
+/* A 64-bit finalizer (murmur3's fmix64): spreads every input bit over the result, for
+ * in-memory hash tables keyed by ids. Not for anything an attacker must not predict. */
+static inline uint64_t qim_mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
 void qim_u128_to_be(qim_u128 v, uint8_t out[16]);
 qim_u128 qim_u128_from_be(const uint8_t in[16]);
 /* A random non-zero value from libsodium's CSPRNG. */

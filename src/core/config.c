@@ -91,6 +91,21 @@ static const setting settings[] = {
      "login and account attempts per second from one remote address (sustained)"},
     {"login_burst", V_U32, F(login_burst), 1, 1000000, "100", "N",
      "most login and account attempts in a burst from one remote address"},
+    {"request_rate", V_U32, F(request_rate), 1, 1000000, "100", "N",
+     "requests per second one session may send (sustained); beyond: {ctrl 429}, the "
+     "connection stays"},
+    {"request_burst", V_U32, F(request_burst), 1, 1000000, "200", "N",
+     "most requests one session may send in a burst (token bucket size)"},
+    {"conns_per_ip", V_U32, F(conns_per_ip), 0, 10000000, "1024", "N",
+     "live connections from one remote address; beyond: HTTP 429 before the upgrade (0 = no "
+     "limit)"},
+    {"presence_interval", V_MS, F(presence_interval_ms), 10, 60000, "250ms", "DURATION",
+     "how often online/offline presence is coalesced and sent"},
+    {"presence_fanout_max", V_U32, F(presence_fanout_max), 1, 100000000, "8192", "N",
+     "most {pres}/{info} deliveries of one presence change or notice per I/O loop; member "
+     "changes beyond it wait for the next interval, the rest is dropped and counted"},
+    {"typing_interval", V_MS, F(typing_interval_ms), 0, 60000, "1s", "DURATION",
+     "shortest time between two typing notices (kp) one session relays to one topic"},
     {"log_level", V_LEVEL, 0, 0, 0, "info", "LEVEL",
      "least severe log level: debug, info, warn, error"},
     {"clock_tolerance", V_MS, F(clock_tolerance_ms), 0, 60000, "1s", "DURATION",

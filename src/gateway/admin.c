@@ -118,12 +118,18 @@ static void stats(const qim_http_request *req, qim_http_reply *rep, void *ud) {
   if (!authorize(g, req, rep)) return;
   qim_gateway_stats s;
   qim_gateway_stats_get(g, &s);
-  reply_json(rep, 200,
-             json_pack("{sIsIsIsIsIsIsIsI}", "sessions", (json_int_t)s.sessions, "authenticated",
-                       (json_int_t)s.authenticated, "requests", (json_int_t)s.requests, "errors",
-                       (json_int_t)s.errors, "pushed_data", (json_int_t)s.pushed_data,
-                       "pushed_pres", (json_int_t)s.pushed_pres, "push_batches",
-                       (json_int_t)s.push_batches, "events_dropped", (json_int_t)s.events_dropped));
+  json_t *j = json_pack("{sIsIsIsIsIsIsIsI}", "sessions", (json_int_t)s.sessions, "authenticated",
+                        (json_int_t)s.authenticated, "requests", (json_int_t)s.requests, "errors",
+                        (json_int_t)s.errors, "pushed_data", (json_int_t)s.pushed_data, "pushed_pres",
+                        (json_int_t)s.pushed_pres, "push_batches", (json_int_t)s.push_batches,
+                        "events_dropped", (json_int_t)s.events_dropped);
+  json_t *more = json_pack("{sIsIsIsIsI}", "presence_sent", (json_int_t)s.presence_sent, "presence_deferred",
+                           (json_int_t)s.presence_deferred, "fanout_capped", (json_int_t)s.fanout_capped,
+                           "rate_limited", (json_int_t)s.rate_limited, "typing_limited",
+                           (json_int_t)s.typing_limited);
+  json_object_update(j, more);
+  json_decref(more);
+  reply_json(rep, 200, j);
 }
 
 /* POST {} (any body): every owned mailbox lane runs its retention pass at its next step

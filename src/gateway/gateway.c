@@ -40,6 +40,7 @@ int qim_gateway_new(const qim_gateway_deps *deps, const qim_gateway_options *opt
     qim_free(g);
     return -EINVAL;
   }
+  g->pres = qim__gw_presence_new();
   *out = g;
   return 0;
 }
@@ -57,6 +58,7 @@ static void loop_start(qim_net *net, unsigned i, uv_loop_t *uv, void *ud) {
   pthread_mutex_lock(&l->post_mu);
   l->accepting = true;
   pthread_mutex_unlock(&l->post_mu);
+  qim__gw_presence_loop_start(l);
   int rc = qim_mailbox_push_register(g->d.mailbox, l->cs, qim__gw_push_sink, l);
   if (rc) QIM_LOGE(NULL, "gateway.push_register_failed", "loop=%u cs=%u err=%d", i, l->cs, rc);
 }
@@ -76,6 +78,7 @@ static void loop_stop(qim_net *net, unsigned i, uv_loop_t *uv, void *ud) {
   l->accepting = false;
   pthread_mutex_unlock(&l->post_mu);
   l->stopping = true;
+  qim__gw_presence_loop_stop(l);
   qim__gw_push_drop(l);
   free_cq_if_idle(l);
 }
@@ -120,6 +123,7 @@ static void net_config(const qim_gateway *g, qim_net_config *nc) {
   nc->threads = c->io_threads;
   nc->idle_timeout = g->o.idle_timeout_ms;
   nc->ping_interval = g->o.ping_interval_ms;
+  nc->max_conns_per_ip = c->conns_per_ip;
   /* Room for the envelope and JSON escaping above max_message_size: an oversized {pub}
    * gets {ctrl 413}; only a frame beyond this closes with 1009 (DESIGN.md §6). */
   nc->max_message = (size_t)c->max_message_size * 4 + 65536;
@@ -189,6 +193,7 @@ void qim_gateway_free(qim_gateway *g) {
       qim_free(g->loops[i].rate);
     }
   qim_free(g->loops);
+  qim__gw_presence_free(g->pres);
   qim_free(g);
 }
 
@@ -201,4 +206,9 @@ void qim_gateway_stats_get(qim_gateway *g, qim_gateway_stats *out) {
   out->pushed_pres = atomic_load(&g->st_pres);
   out->push_batches = atomic_load(&g->st_batches);
   out->events_dropped = atomic_load(&g->st_dropped);
+  out->presence_sent = atomic_load(&g->st_pres_onoff);
+  out->presence_deferred = atomic_load(&g->st_pres_deferred);
+  out->fanout_capped = atomic_load(&g->st_capped);
+  out->rate_limited = atomic_load(&g->st_rate_limited);
+  out->typing_limited = atomic_load(&g->st_kp_limited);
 }

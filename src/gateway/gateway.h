@@ -106,6 +106,11 @@ typedef struct qim_gateway_stats {
   uint64_t pushed_pres;    /* {pres} frames sent from push batches */
   uint64_t push_batches;   /* PushBatches received */
   uint64_t events_dropped; /* cross-loop events dropped (a loop queue was full) */
+  uint64_t presence_sent;     /* {pres on/off} frames sent */
+  uint64_t presence_deferred; /* member on/off changes held for a later interval (fan-out bound) */
+  uint64_t fanout_capped;     /* {pres}/{info} deliveries skipped over presence_fanout_max */
+  uint64_t rate_limited;      /* requests refused over request_rate ({ctrl 429}; notes dropped) */
+  uint64_t typing_limited;    /* typing notices dropped (closer than typing_interval) */
 } qim_gateway_stats;
 
 void qim_gateway_stats_get(qim_gateway *g, qim_gateway_stats *out);

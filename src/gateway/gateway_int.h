@@ -68,6 +68,7 @@ typedef struct gw_attach {
    * history (the client fetches them), so a push of one still in the pipeline is not
    * delivered live — as in Tinode, live {data} is what was published after the attach. */
   qim_conversation_seq since;
+  uint64_t kp_at; /* when this session's last typing notice to the topic was relayed (ms) */
 } gw_attach;
 
 /* One client message waiting for, or being, handled. */
@@ -116,6 +117,8 @@ struct gw_session {
   uint64_t made;     /* cmids made so far */
   gw_pending *pend; /* pubs in flight (at most queue_max) */
   size_t npend, cpend;
+  double req_tokens; /* request token bucket (request_rate / request_burst) */
+  uint64_t req_at;   /* when req_tokens was last topped up (monotonic ms) */
 };
 
 void qim__gw_session_ref(gw_session *s);
@@ -126,6 +129,8 @@ gw_attach *qim__gw_session_attached(gw_session *s, qim_conversation_id conv);
 int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *topic, uint32_t mode,
                           qim_conversation_seq since);
 void qim__gw_session_detach(gw_session *s, qim_conversation_id conv);
+/* Attaches the session to `me` (on) or detaches it; counts it for presence. */
+void qim__gw_session_me(gw_session *s, bool on);
 /* Logs the session in as `user` of its tenant: indexes it and adds the mailbox route. */
 void qim__gw_session_login(gw_session *s, qim_user_id user);
 /* True when `cmid` is a noecho pub of this session: one whose cmid the session made with
@@ -215,6 +220,10 @@ typedef struct gw_rate {
   uint64_t at_ms;
 } gw_rate;
 
+/* Online/offline presence (presence.c): a registry of live session counts shared by every
+ * loop, and its runner on loop 0. */
+typedef struct gw_presence gw_presence;
+
 /* A cross-loop event (note.c): posted to every loop, handled there against its indexes. */
 typedef struct gw_event gw_event;
 
@@ -246,8 +255,9 @@ struct qim_gateway {
   unsigned nloops;
   bool started, stopped;
   char dummy_hash[128]; /* argon2id of a random password (auth.c) */
+  gw_presence *pres;    /* online counts and the presence runner (presence.c) */
   _Atomic uint64_t st_sessions, st_auth, st_requests, st_errors, st_data, st_pres, st_batches,
-      st_dropped;
+      st_dropped, st_pres_onoff, st_pres_deferred, st_capped, st_rate_limited, st_kp_limited;
 };
 
 /* Any thread: posts `it` to loop l's completion queue unless it stops; false when refused
@@ -308,6 +318,48 @@ void qim__gw_push_drop(gw_loop *l);
 
 /* Cross-loop ephemeral notices (note.c). */
 void qim__gw_event_run(qim_cq_item *it);
+
+/* ---- presence (presence.c) ---------------------------------------------------------------------- */
+
+/* What a count is about: a user on `me` (online), a user's sessions attached to a topic
+ * (member presence in the topic), all sessions attached to a topic (the topic is active). */
+typedef enum gw_pres_kind { GW_PRES_ME = 1, GW_PRES_MEMBER = 2, GW_PRES_TOPIC = 3 } gw_pres_kind;
+
+/* One state change to tell clients about (`user` is zero for GW_PRES_TOPIC; `actor` there
+ * is the last user whose session changed the count, so members can be listed as them). */
+typedef struct gw_pres_change {
+  gw_pres_kind kind;
+  qim_tenant_id tenant;
+  qim_conversation_id conv;
+  qim_user_id user, actor;
+  bool on;
+} gw_pres_change;
+
+gw_presence *qim__gw_presence_new(void);
+void qim__gw_presence_free(gw_presence *p);
+/* Any thread: adds `delta` (+1/-1) sessions to a count; a count crossing zero marks the
+ * entry for the next take. For GW_PRES_ME `conv` is ignored; for GW_PRES_TOPIC `user` is
+ * remembered as the actor. */
+void qim__gw_presence_count(gw_presence *p, gw_pres_kind k, qim_tenant_id t, qim_conversation_id conv,
+                            qim_user_id user, int delta);
+/* Any thread: true when the count is above zero. */
+bool qim__gw_presence_is_on(gw_presence *p, gw_pres_kind k, qim_tenant_id t, qim_conversation_id conv,
+                            qim_user_id user);
+/* Coalesces what changed since the last take: an entry whose state is back to what
+ * clients were last told (an on/off flap) yields nothing. Member changes of one topic are
+ * limited to max(1, fanout_max / sessions attached to it) per take; the others stay for
+ * the next take and are counted in *deferred. Returns the number of changes in *out
+ * (qim_free it; NULL when none). */
+size_t qim__gw_presence_take(gw_presence *p, uint32_t fanout_max, gw_pres_change **out, uint64_t *deferred);
+/* Live entries (tests: entries go away once their count is zero and clients know). */
+size_t qim__gw_presence_entries(gw_presence *p);
+
+/* Session hooks: a topic attach (+1) / detach (-1); `me` attach / detach. */
+void qim__gw_presence_attach(gw_session *s, qim_conversation_id conv, int delta);
+void qim__gw_presence_me(gw_session *s, int delta);
+/* Loop 0 runs the coalescing timer and the presence jobs (gateway.c loop hooks). */
+void qim__gw_presence_loop_start(gw_loop *l);
+void qim__gw_presence_loop_stop(gw_loop *l);
 
 /* Admin routes (admin.c). */
 int qim__gw_admin_routes(qim_gateway *g);

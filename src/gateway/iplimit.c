@@ -10,6 +10,7 @@
 #include <sys/random.h>
 #include <uv.h>
 
+#include "qim/ids.h"
 #include "qim/mem.h"
 
 #define STRIPES 64
@@ -32,19 +33,11 @@ struct qim_iplimit {
   stripe stripes[STRIPES];
 };
 
-static uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
-
 static uint64_t hash_addr(const qim_iplimit *t, const uint8_t addr[16]) {
   uint64_t a, b;
   memcpy(&a, addr, 8);
   memcpy(&b, addr + 8, 8);
-  return mix(mix(a ^ t->seed) ^ b);
+  return qim_mix64(qim_mix64(a ^ t->seed) ^ b);
 }
 
 qim_iplimit *qim_iplimit_new(void) {

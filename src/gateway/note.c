@@ -9,7 +9,10 @@
  *
  * Sessions of one topic live on every loop, so a notice is one shared frame posted as an
  * event to each loop (bounded per loop; a full loop drops the notice and counts it), and
- * each loop delivers it from its own indexes.
+ * each loop delivers it from its own indexes — to at most presence_fanout_max sessions
+ * (the rest are counted as capped), so a notice to a huge topic costs a bounded amount.
+ * Typing notices are limited per session and topic to one per typing_interval (Tinode's
+ * SDK sends one every 3 s while the user types); the others are dropped and counted.
  */
 #include <errno.h>
 #include <string.h>
@@ -32,20 +35,33 @@ struct gw_event {
   qim_ws_frame *pres_me; /* to the user's `me` sessions not attached; NULL = none */
 };
 
+/* Sends f to s unless the notice's budget on this loop is spent (then counts it). */
+static void send_bounded(gw_session *s, qim_ws_frame *f, uint32_t *budget, uint64_t *capped) {
+  if (*budget == 0) {
+    (*capped)++;
+    return;
+  }
+  (*budget)--;
+  qim_conn_send_frame(s->conn, f);
+}
+
 static void deliver(gw_loop *l, const gw_event *ev) {
   size_t n;
   gw_session *const *v;
+  uint32_t budget = l->gw->d.cfg->presence_fanout_max;
+  uint64_t capped = 0;
   if (ev->info) {
     v = qim__gw_index_find(&l->by_conv, qim__gw_key(ev->tenant, ev->conv.v), &n);
     for (size_t i = 0; i < n; i++)
-      if (v[i]->conn && v[i]->conn_id != ev->exclude) qim_conn_send_frame(v[i]->conn, ev->info);
+      if (v[i]->conn && v[i]->conn_id != ev->exclude) send_bounded(v[i], ev->info, &budget, &capped);
   }
   if (ev->pres_me) {
     v = qim__gw_index_find(&l->by_user, qim__gw_key(ev->tenant, ev->user.v), &n);
     for (size_t i = 0; i < n; i++)
       if (v[i]->conn && v[i]->me && v[i]->conn_id != ev->exclude && !qim__gw_session_attached(v[i], ev->conv))
-        qim_conn_send_frame(v[i]->conn, ev->pres_me);
+        send_bounded(v[i], ev->pres_me, &budget, &capped);
   }
+  if (capped) atomic_fetch_add(&l->gw->st_capped, capped);
 }
 
 void qim__gw_event_run(qim_cq_item *it) {
@@ -135,6 +151,18 @@ static void note_after(gw_job *j) {
   qim__gw_job_finish(j);
 }
 
+/* kp/kpa/kpv: at most one per typing_interval per session and topic (others: true). */
+static bool typing_ok(gw_session *s, gw_attach *att, qim_proto_note_what w) {
+  if (w != QIM_PROTO_NOTE_KP && w != QIM_PROTO_NOTE_KPA && w != QIM_PROTO_NOTE_KPV) return true;
+  uint64_t now = uv_now(s->loop->uv) + 1; /* never 0: 0 means "none yet" */
+  if (att->kp_at && now - att->kp_at < s->loop->gw->d.cfg->typing_interval_ms) {
+    atomic_fetch_add(&s->loop->gw->st_kp_limited, 1);
+    return false;
+  }
+  att->kp_at = now;
+  return true;
+}
+
 void qim__gw_note(gw_req *r) {
   gw_session *s = r->s;
   const qim_proto_note *m = &r->msg.u.note;
@@ -157,7 +185,7 @@ void qim__gw_note(gw_req *r) {
     b->j.after = note_after;
     qim__gw_job_start(s->loop, &b->j);
     return;
-  } else if (m->what != QIM_PROTO_NOTE_CALL && (att->mode & QIM_MODE_WRITE)) {
+  } else if (m->what != QIM_PROTO_NOTE_CALL && (att->mode & QIM_MODE_WRITE) && typing_ok(s, att, m->what)) {
     notify(s, r->msg.topic, conv, m, false); /* kp, kpa, kpv, data: relayed as they are */
   }
   qim__gw_req_done(r);

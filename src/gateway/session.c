@@ -54,8 +54,10 @@ int qim__gw_session_attach(gw_session *s, qim_conversation_id conv, const char *
   a->conv = conv;
   a->mode = mode;
   a->since = since;
+  a->kp_at = 0;
   snprintf(a->topic, sizeof a->topic, "%s", topic);
   qim__gw_index_add(&s->loop->by_conv, qim__gw_key(s->tenant, conv.v), s);
+  qim__gw_presence_attach(s, conv, +1);
   return 0;
 }
 
@@ -63,7 +65,14 @@ void qim__gw_session_detach(gw_session *s, qim_conversation_id conv) {
   gw_attach *a = qim__gw_session_attached(s, conv);
   if (!a) return;
   qim__gw_index_remove(&s->loop->by_conv, qim__gw_key(s->tenant, conv.v), s);
+  qim__gw_presence_attach(s, conv, -1);
   *a = s->att[--s->natt];
+}
+
+void qim__gw_session_me(gw_session *s, bool on) {
+  if (s->me == on) return;
+  s->me = on;
+  qim__gw_presence_me(s, on ? +1 : -1);
 }
 
 void qim__gw_session_login(gw_session *s, qim_user_id user) {
@@ -345,8 +354,32 @@ static bool exclusive(qim_proto_kind k) {
   return k != QIM_PROTO_PUB && k != QIM_PROTO_GET && k != QIM_PROTO_NOTE;
 }
 
+/* The session's request token bucket (request_rate per second, request_burst deep): false
+ * when this request is one too many. Loop time, so a wall clock step changes nothing. */
+static bool rate_ok(gw_session *s) {
+  const qim_config *c = s->loop->gw->d.cfg;
+  uint64_t now = uv_now(s->loop->uv);
+  double burst = c->request_burst ? c->request_burst : 1;
+  if (s->req_at == 0)
+    s->req_tokens = burst;
+  else if (now > s->req_at)
+    s->req_tokens += (double)(now - s->req_at) * c->request_rate / 1000.0;
+  if (s->req_tokens > burst) s->req_tokens = burst;
+  s->req_at = now ? now : 1;
+  if (s->req_tokens < 1.0) return false;
+  s->req_tokens -= 1.0;
+  return true;
+}
+
 static void enqueue(gw_session *s, gw_req *r) {
   qim_gateway *g = s->loop->gw;
+  if (!rate_ok(s)) {
+    /* Tinode-like 429; the connection stays. A note has no reply: it just goes. */
+    atomic_fetch_add(&g->st_rate_limited, 1);
+    if (r->msg.kind != QIM_PROTO_NOTE) qim__gw_ctrl(s, r, NULL, 429, "too many requests", NULL);
+    req_free(r);
+    return;
+  }
   if (s->qlen >= g->o.queue_max) {
     /* Too far ahead: answer now (a note just goes), keep the connection. */
     if (r->msg.kind != QIM_PROTO_NOTE) qim__gw_ctrl(s, r, NULL, 503, "too many requests in flight", NULL);
@@ -421,9 +454,12 @@ void qim__gw_on_close(qim_conn *c, int code, void *ud) {
   if (!s) return;
   qim_conn_set_data(c, NULL);
   s->conn = NULL;
-  for (size_t i = 0; i < s->natt; i++)
+  for (size_t i = 0; i < s->natt; i++) {
     qim__gw_index_remove(&s->loop->by_conv, qim__gw_key(s->tenant, s->att[i].conv.v), s);
+    qim__gw_presence_attach(s, s->att[i].conv, -1);
+  }
   s->natt = 0;
+  qim__gw_session_me(s, false);
   if (s->state == GW_AUTH) {
     qim__gw_index_remove(&s->loop->by_user, qim__gw_key(s->tenant, s->user.v), s);
     atomic_fetch_sub(&g->st_auth, 1);

@@ -100,7 +100,7 @@ static void sub_me(gw_req *r) {
     qim__gw_req_done(r);
     return;
   }
-  s->me = true;
+  qim__gw_session_me(s, true);
   qim__gw_ctrl(s, r, NULL, 200, "ok", NULL);
   if (wants_get(r))
     start_get(r, true, (qim_conversation_id){{0, 0}}, "me", &r->msg.u.sub.get);
@@ -336,7 +336,7 @@ void qim__gw_leave(gw_req *r) {
     else if (!s->me || strcmp(r->msg.topic, "fnd") == 0)
       qim__gw_ctrl(s, r, NULL, 304, "not joined", NULL);
     else {
-      s->me = false;
+      qim__gw_session_me(s, false);
       qim__gw_ctrl(s, r, NULL, 200, "ok", NULL);
     }
   } else if (qim__gw_group_conv(r->msg.topic, &conv) != 0 || !qim__gw_session_attached(s, conv)) {
