@@ -310,14 +310,129 @@ static int desc_json(const json_t *v, uint32_t max, char **out) {
   return 0;
 }
 
+/* ---- {acc} on one's own account ------------------------------------------------------------- */
+
+/*
+ * A password change (scheme basic, secret "login:newpass"; the login empty or the
+ * account's own) replaces the credential's hash and raises the user's token_epoch in the
+ * same job, so every token made before is refused at its next use; the session that
+ * changed it stays logged in and gets a fresh token in the reply (qim extension params
+ * token/expires; Tinode answers a bare 200). desc.public / desc.private update the
+ * account. Other parts (tags, cred, status, a login change) are not offered.
+ */
+static void acc_update_run(gw_job *j) {
+  auth_job *a = (auth_job *)j;
+  qim_gateway *g = j->loop->gw;
+  const gw_req *r = j->req;
+  uint64_t now = qim__gw_now(g);
+  int rc = 0;
+  bool password = a->password[0] != '\0';
+  if (password && a->login[0]) {
+    /* Changing the login is not offered: the name must be the account's own. */
+    qim_store_cred_get_req cg = {.tenant_id = a->tenant, .login = a->login};
+    rc = QIM_STORE_SYNC(g->d.store, accounts.cred_get, &cg);
+    if (rc == 0 && !qim_u128_eq(cg.out.user_id.v, a->user.v)) rc = -EPERM;
+    if (rc == -ENOENT) rc = -EPERM;
+    qim_store_credential_free(&cg.out);
+  }
+  if (rc == 0 && password) {
+    char hash[crypto_pwhash_STRBYTES];
+    rc = crypto_pwhash_str(hash, a->password, strlen(a->password), pw_ops(g), pw_mem(g)) ? -ENOMEM
+                                                                                         : 0;
+    qim_store_cred_update_req cu = {
+        .tenant_id = a->tenant, .user_id = a->user, .secret_hash = hash};
+    if (rc == 0) rc = QIM_STORE_SYNC(g->d.store, accounts.cred_update, &cu);
+  }
+  qim_store_user_update_req uu = {.tenant_id = a->tenant,
+                                  .user_id = a->user,
+                                  .public_json = a->public_json,
+                                  .private_json = a->private_json,
+                                  .bump_token_epoch = password,
+                                  .now = now};
+  if (rc == 0) rc = QIM_STORE_SYNC(g->d.store, accounts.user_update, &uu);
+  a->rc = rc;
+  if (rc == -EPERM) {
+    qim__gw_out_ctrl(&j->out, r->msg.id, NULL, 501, "not implemented", NULL, now);
+  } else if (rc) {
+    qim__gw_out_fail(&j->out, r->msg.id, NULL, rc, now);
+  } else {
+    json_t *params = password ? login_params(g, a->tenant, a->user, uu.out_token_epoch) : NULL;
+    qim__gw_out_ctrl(&j->out, r->msg.id, NULL, 200, "ok", params, now);
+    QIM_LOGI(&r->trace, "gateway.account_updated", "password=%d epoch=%llu", password,
+             (unsigned long long)uu.out_token_epoch);
+  }
+}
+
+/* 0, or the ctrl code refusing the update (texts in acc_update). */
+static int acc_update_check(gw_session *s, const qim_proto_acc *m) {
+  if (s->state != GW_AUTH) return 401;
+  if (m->user && strcmp(m->user, "me") != 0 && strcmp(m->user, s->uname) != 0)
+    return 403; /* root only in Tinode */
+  if (m->scheme && strcmp(m->scheme, "basic") != 0) return 501;
+  if (m->tags.n || m->cred.n || m->status || m->desc.has_defacs || m->desc.trusted_data) return 501;
+  if (m->scheme && !m->has_secret) return 400;
+  if (!m->scheme && !m->desc.public_data && !m->desc.private_data) return 400;
+  return 0;
+}
+
+static void acc_update(gw_req *r) {
+  gw_session *s = r->s;
+  const qim_proto_acc *m = &r->msg.u.acc;
+  const qim_config *c = s->loop->gw->d.cfg;
+  int code = acc_update_check(s, m);
+  auth_job *a = NULL;
+  if (code == 0 && m->scheme && !attempt_allowed(s)) code = 429;
+  if (code == 0) {
+    a = qim_calloc(1, sizeof *a);
+    int rc = 0;
+    if (m->scheme) {
+      rc = split_basic(m->secret, m->secret_len, a->login, sizeof a->login, a->password,
+                       sizeof a->password);
+      if (rc == -EINVAL)
+        code = 400;
+      else if (rc || strlen(a->password) < c->password_min_length || !a->password[0])
+        code = 422;
+    }
+    if (!code && (desc_json(m->desc.public_data, c->max_message_size, &a->public_json) ||
+                  desc_json(m->desc.private_data, c->max_message_size, &a->private_json)))
+      code = 422;
+  }
+  if (code) {
+    static const struct {
+      int code;
+      const char *text;
+    } texts[] = {{400, "malformed"},         {401, "authentication required"},
+                 {403, "permission denied"}, {422, "policy violation"},
+                 {429, "too many requests"}, {501, "not implemented"}};
+    const char *text = "malformed";
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
+      if (texts[i].code == code) text = texts[i].text;
+    qim__gw_ctrl(s, r, NULL, code, text, NULL);
+    if (a) {
+      auth_destroy(&a->j);
+      qim_free(a);
+    }
+    qim__gw_req_done(r);
+    return;
+  }
+  a->tenant = s->tenant;
+  a->user = s->user;
+  a->j.req = r;
+  a->j.run = acc_update_run;
+  a->j.after = auth_after;
+  a->j.destroy = auth_destroy;
+  qim__gw_job_start(s->loop, &a->j);
+}
+
 void qim__gw_acc(gw_req *r) {
   gw_session *s = r->s;
   const qim_proto_acc *m = &r->msg.u.acc;
   qim_gateway *g = s->loop->gw;
   if (!m->user || strncmp(m->user, "new", 3) != 0) {
-    /* Updating an existing account (password, tags, status) is not offered. */
-    qim__gw_ctrl(s, r, NULL, 501, "not implemented", NULL);
-  } else if (!m->scheme || strcmp(m->scheme, "basic") != 0) {
+    acc_update(r); /* no user: one's own account, as in Tinode */
+    return;
+  }
+  if (!m->scheme || strcmp(m->scheme, "basic") != 0) {
     qim__gw_ctrl(s, r, NULL, m->scheme && strncmp(m->scheme, "anon", 4) == 0 ? 501 : 401,
                  m->scheme && strncmp(m->scheme, "anon", 4) == 0 ? "not implemented"
                                                                   : "unknown authentication scheme",

@@ -308,6 +308,11 @@ void qim__gw_get_me(qim_gateway *g, const qim_authenticated_actor *a, const char
 void qim__gw_get_group(qim_gateway *g, const qim_authenticated_actor *a, qim_conversation_id conv,
                        const char *topic, const char *id, const qim_proto_get_query *q, gw_out *out);
 
+/* Sets user u's own `want` on its member row of conv (set.c): a store UPDATE, a new
+ * membership version; given stays; the role follows given. Blocks (worker only). */
+int qim__gw_member_want(qim_gateway *g, qim_tenant_id t, qim_conversation_id conv, qim_user_id u, uint32_t want,
+                        uint32_t given);
+
 /* Resolves a group topic name to its conversation: 0, or -ENOENT for anything else. */
 int qim__gw_group_conv(const char *topic, qim_conversation_id *conv);
 

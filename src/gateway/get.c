@@ -222,13 +222,72 @@ static void member_entry(qim_gateway *g, const qim_authenticated_actor *a, qim_c
   }
 }
 
+/* get sub {user: X}: that one member (the SDK asks so after a pres acs). */
+static void group_sub_one(qim_gateway *g, const qim_authenticated_actor *a, qim_conversation_id conv,
+                          const char *topic, const char *id, const qim_proto_get_opts *o, gw_out *out) {
+  uint64_t now = qim__gw_now(g);
+  qim_user_id u;
+  qim_store_member self = {0};
+  int rc = own_member(g, a, conv, &self);
+  bool allowed = rc == 0 && !self.has_left_at && !self.banned && (self.mode_want & self.mode_given & QIM_MODE_READ);
+  qim_store_member_free(&self);
+  if (rc == 0 && !allowed) rc = qim_err_raise(QIM_E_GROUP_PERMISSION_DENIED);
+  if (rc) {
+    qim__gw_out_fail(out, id, topic, rc, now);
+    return;
+  }
+  qim_store_member_get_req mg = {.tenant_id = a->tenant_id, .conversation_id = conv};
+  bool found = qim_user_id_parse(o->user, strlen(o->user), &u) == 0;
+  if (found) {
+    mg.user_id = u;
+    found = QIM_STORE_SYNC(g->d.store, conversations.member_get, &mg) == 0;
+    if (found) found = !mg.out.has_left_at && !mg.out.banned;
+    qim_store_member_free(&mg.out);
+  }
+  qim_proto_topic_sub e;
+  qim_proto_acs acs;
+  char name[QIM_TOPIC_NAME_CAP];
+  json_t *keep = json_array();
+  if (found) member_entry(g, a, conv, u, &e, &acs, name, keep);
+  size_t len;
+  if (!found || (o->has_ims && e.updated_ms <= o->ims_ms))
+    add_nothing(out, id, topic, "sub", now);
+  else
+    qim__gw_out_built(out, qim_proto_meta_sub(id, topic, now, &e, 1, &len), &len);
+  json_decref(keep);
+}
+
+/* The page's cursor from the request (qim extension get.sub.cursor, base64url): -EINVAL
+ * when it does not decode (the group module checks the rest). */
+static int page_cursor(const char *text, uint8_t *buf, qim_member_page_request *pr) {
+  size_t n = 0;
+  if (!text) return 0;
+  if (qim_b64url_decode(text, strlen(text), buf, QIM_GROUP_CURSOR_SIZE, &n) != 0) return -EINVAL;
+  pr->has_cursor = true;
+  pr->cursor.bytes = (qim_bytes){buf, n};
+  return 0;
+}
+
+/* A page of the member list: {meta sub} (or ctrl 204), then, when more members follow,
+ * {ctrl 200 {what:"sub", cursor}} — the cursor (base64url) freezes the membership
+ * version of the first page, so paging is stable while members join and leave. */
 static void group_subs(qim_gateway *g, const qim_authenticated_actor *a, qim_conversation_id conv,
                        const char *topic, const char *id, const qim_proto_get_opts *o, gw_out *out) {
   uint64_t now = qim__gw_now(g);
+  if (o->user) {
+    group_sub_one(g, a, conv, topic, id, o, out);
+    return;
+  }
   uint32_t max = o->limit && o->limit < g->o.member_list_max ? o->limit : g->o.member_list_max;
   qim_member_page_request pr = {.actor = *a, .group_id = {conv.v}, .limit = max};
   qim_member_page page = {0};
-  int rc = qim_group_member_page(g->d.groups, &pr, &page);
+  uint8_t cbuf[QIM_GROUP_CURSOR_SIZE];
+  int rc = page_cursor(o->cursor, cbuf, &pr);
+  if (rc == 0) rc = qim_group_member_page(g->d.groups, &pr, &page);
+  if (rc == -EINVAL) {
+    qim__gw_out_ctrl(out, id, topic, 400, "malformed", json_pack("{ss}", "what", "sub"), now);
+    return;
+  }
   if (rc) {
     qim__gw_out_fail(out, id, topic, rc, now);
     return;
@@ -239,12 +298,6 @@ static void group_subs(qim_gateway *g, const qim_authenticated_actor *a, qim_con
   json_t *keep = json_array();
   size_t n = 0;
   for (size_t i = 0; i < page.member_count; i++) {
-    /* get sub {user: X} asks about one member (the SDK does so after a pres acs). */
-    if (o->user) {
-      char nm[QIM_TOPIC_NAME_CAP];
-      qim_user_id_format(page.members[i].user_id, nm, sizeof nm);
-      if (strcmp(nm, o->user) != 0) continue;
-    }
     member_entry(g, a, conv, page.members[i].user_id, &subs[n], &acs[n], names[n], keep);
     if (o->has_ims && subs[n].updated_ms <= o->ims_ms) continue;
     n++;
@@ -254,6 +307,11 @@ static void group_subs(qim_gateway *g, const qim_authenticated_actor *a, qim_con
     add_nothing(out, id, topic, "sub", now);
   else
     qim__gw_out_built(out, qim_proto_meta_sub(id, topic, now, subs, n, &len), &len);
+  if (page.has_more && page.has_next_cursor) {
+    char text[2 * QIM_GROUP_CURSOR_SIZE];
+    if (qim_b64url_encode(page.next_cursor.bytes.p, page.next_cursor.bytes.n, text, sizeof text) >= 0)
+      qim__gw_out_ctrl(out, id, topic, 200, "ok", json_pack("{ssss}", "what", "sub", "cursor", text), now);
+  }
   json_decref(keep);
   qim_free(subs);
   qim_free(acs);

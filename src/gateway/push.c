@@ -9,6 +9,9 @@
  *               noecho pub); on `me` only → {pres topic:"me" what:"msg" src seq act};
  *   Membership  (a group change, docs/groups.md) → {pres what:"acs" src:<member> dacs} to
  *               sessions attached to the group, so the others learn of joins and leaves;
+ *               the evicted or banned member itself: {ctrl 205 "evicted" {unsub:true}} on
+ *               the topic and {pres topic:"me" what:"gone"}; a deleted group (op "delete"):
+ *               {pres what:"gone"} on the topic and on `me`; both detach the sessions;
  *   Control     "qim.history" deletions → {pres what:"del" src:<actor> clear delseq} to
  *               attached sessions (hard: every member's; soft: only the deleter's own),
  *               {pres topic:"me" what:"del"} to `me` sessions; other Controls (edits, read
@@ -135,12 +138,45 @@ static void to_attached(gw_session *const *v, size_t n, qim_conversation_id conv
     if (qim__gw_session_attached(v[i], conv)) send_frame(v[i], f, counter);
 }
 
+/* The entry's user lost the group: a deleted group ({pres what:"gone"} on the topic) or an
+ * eviction (Tinode's {ctrl 205 "evicted" params:{unsub:true}}, which the SDK turns into
+ * a gone topic); `me` sessions get {pres topic:"me" what:"gone" src}. Its sessions
+ * detach, so they can no longer publish or read there. */
+static void deliver_gone(gw_push *p, gw_session *const *v, size_t n, qim_conversation_id conv, const char *topic,
+                         bool deleted) {
+  qim_gateway *g = p->l->gw;
+  size_t len;
+  qim_proto_pres_frame tp = {.topic = topic, .what = "gone"}, mp = {.topic = "me", .src = topic, .what = "gone"};
+  json_t *unsub = json_pack("{sb}", "unsub", 1);
+  qim_ws_frame *ft = deleted ? frame_of(qim_proto_pres(&tp, &len), &len)
+                             : frame_of(qim_proto_ctrl(NULL, topic, 205, "evicted", unsub, qim__gw_now(g), &len), &len);
+  qim_ws_frame *fm = frame_of(qim_proto_pres(&mp, &len), &len);
+  json_decref(unsub);
+  for (size_t i = 0; i < n; i++) {
+    if (qim__gw_session_attached(v[i], conv)) {
+      send_frame(v[i], ft, &g->st_pres);
+      qim__gw_session_detach(v[i], conv);
+    }
+    if (v[i]->me) send_frame(v[i], fm, &g->st_pres);
+  }
+  qim_ws_frame_unref(ft);
+  qim_ws_frame_unref(fm);
+}
+
 static void deliver_membership(gw_push *p, const qim_mailbox_entry *e, gw_session *const *v, size_t n) {
   json_t *j = control_json(e);
   json_t *changes = json_object_get(j, "changes");
   qim_conversation_id conv = e->coordinates.conversation_id;
-  char topic[QIM_TOPIC_NAME_CAP];
+  char topic[QIM_TOPIC_NAME_CAP], self[QIM_TOPIC_NAME_CAP];
   qim_group_id_format((qim_group_id){conv.v}, topic, sizeof topic);
+  qim_user_id_format(e->user_id, self, sizeof self);
+  const char *op = json_string_value(json_object_get(j, "op"));
+  if (op && strcmp(op, "delete") == 0) { /* the whole group is gone: no per-member acs */
+    deliver_gone(p, v, n, conv, topic, true);
+    json_decref(j);
+    return;
+  }
+  bool evicted = false;
   size_t i;
   json_t *c;
   json_array_foreach(changes, i, c) {
@@ -149,6 +185,7 @@ static void deliver_membership(gw_push *p, const qim_mailbox_entry *e, gw_sessio
     const char *mode = json_string_value(json_object_get(c, "mode"));
     if (!user || !change) continue;
     bool gone = strcmp(change, "removed") == 0 || strcmp(change, "left") == 0 || strcmp(change, "banned") == 0;
+    if (gone && strcmp(change, "left") != 0 && strcmp(user, self) == 0) evicted = true;
     const char *m = gone ? "N" : mode ? mode : NULL;
     if (!m) continue;
     size_t len;
@@ -157,6 +194,7 @@ static void deliver_membership(gw_push *p, const qim_mailbox_entry *e, gw_sessio
     to_attached(v, n, conv, f, &p->l->gw->st_pres);
     qim_ws_frame_unref(f);
   }
+  if (evicted) deliver_gone(p, v, n, conv, topic, false);
   json_decref(j);
 }
 

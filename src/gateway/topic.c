@@ -1,7 +1,6 @@
 /*
- * topic.c — {sub}, {leave} and {set}: attaching a session to `me` or a group, creating
- * groups (`new…`), joining them, leaving and unsubscribing, and the metadata changes qim
- * offers (a group's or a user's `public`).
+ * topic.c — {sub} and {leave}: attaching a session to `me` or a group, creating groups
+ * (`new…`), joining them, leaving and unsubscribing. {set} is set.c.
  *
  * Joining. A user who is not a member subscribes to a group whose default mode for
  * authenticated users (defacs.auth) includes J: the gateway adds the user as a Member
@@ -149,14 +148,7 @@ static int create_group(sub_job *b, qim_gateway *g, const gw_req *r) {
  * so the effective mode is want & given. A change of the user's own row that the group
  * rules leave to the user; the store makes it a new membership version. */
 static int apply_want(sub_job *b, qim_gateway *g, uint32_t given) {
-  qim_store_member_change ch = {.op = QIM_STORE_MEMBER_UPDATE, .user_id = b->actor.user_id,
-                                .role = QIM_GROUP_ROLE_MEMBER, .mode_want = b->want & QIM_MODE_BITS,
-                                .mode_given = given};
-  if (qim_group_role_from_mode(given, &ch.role) != 0) ch.role = QIM_GROUP_ROLE_MEMBER;
-  qim_store_members_change_req q = {.tenant_id = b->actor.tenant_id, .conversation_id = b->conv, .changes = &ch,
-                                    .change_count = 1, .member_limit = g->d.cfg->member_limit,
-                                    .now = qim__gw_now(g)};
-  return QIM_STORE_SYNC(g->d.store, conversations.members_change, &q);
+  return qim__gw_member_want(g, b->actor.tenant_id, b->conv, b->actor.user_id, b->want, given);
 }
 
 /* Reads the actor's member row: 0 and *current when it is a current member. */
@@ -356,87 +348,6 @@ void qim__gw_leave(gw_req *r) {
   } else {
     qim__gw_session_detach(s, conv);
     qim__gw_ctrl(s, r, NULL, 200, "ok", NULL);
-  }
-  qim__gw_req_done(r);
-}
-
-/* ---- set ------------------------------------------------------------------------------------------ */
-
-typedef struct set_job {
-  gw_job j;
-  qim_authenticated_actor actor;
-  bool me;
-  qim_conversation_id conv;
-  char *public_json;
-} set_job;
-
-static void set_destroy(gw_job *j) { qim_free(((set_job *)j)->public_json); }
-
-static int set_group_public(set_job *b, qim_gateway *g) {
-  qim_store_member_get_req mg = {.tenant_id = b->actor.tenant_id, .conversation_id = b->conv,
-                                 .user_id = b->actor.user_id};
-  int rc = QIM_STORE_SYNC(g->d.store, conversations.member_get, &mg);
-  uint32_t mode = rc == 0 && !mg.out.has_left_at && !mg.out.banned ? mg.out.mode_want & mg.out.mode_given : 0;
-  if (rc == 0) qim_store_member_free(&mg.out);
-  if (rc && rc != -ENOENT) return rc;
-  /* Tinode: only the owner and admins change a group's description. */
-  if (!(mode & (QIM_MODE_APPROVE | QIM_MODE_OWNER))) return qim_err_raise(QIM_E_GROUP_PERMISSION_DENIED);
-  qim_store_conv_update_req u = {.tenant_id = b->actor.tenant_id, .conversation_id = b->conv,
-                                 .public_json = b->public_json, .now = qim__gw_now(g)};
-  return QIM_STORE_SYNC(g->d.store, conversations.update, &u);
-}
-
-static void set_run(gw_job *j) {
-  set_job *b = (set_job *)j;
-  qim_gateway *g = j->loop->gw;
-  const gw_req *r = j->req;
-  int rc;
-  if (b->me) {
-    qim_store_user_update_req u = {.tenant_id = b->actor.tenant_id, .user_id = b->actor.user_id,
-                                   .public_json = b->public_json, .now = qim__gw_now(g)};
-    rc = QIM_STORE_SYNC(g->d.store, accounts.user_update, &u);
-  } else {
-    rc = set_group_public(b, g);
-  }
-  if (rc)
-    qim__gw_out_fail(&j->out, r->msg.id, NULL, rc, qim__gw_now(g));
-  else
-    qim__gw_out_ctrl(&j->out, r->msg.id, NULL, 200, "ok", NULL, qim__gw_now(g));
-}
-
-void qim__gw_set(gw_req *r) {
-  gw_session *s = r->s;
-  const qim_proto_set_query *q = &r->msg.u.set.q;
-  bool me = strcmp(r->msg.topic, "me") == 0;
-  qim_conversation_id conv = {{0, 0}};
-  /* Only desc.public is stored; anything else in a {set} is not offered. */
-  bool only_public = q->what == QIM_PROTO_WHAT_DESC && q->desc.public_data && !q->desc.has_defacs &&
-                     !q->desc.private_data && !q->desc.trusted_data;
-  if (!me && qim__gw_group_conv(r->msg.topic, &conv) != 0) {
-    qim__gw_ctrl(s, r, NULL, 404, "topic not found", NULL);
-  } else if (!me && !qim__gw_session_attached(s, conv)) {
-    qim__gw_ctrl(s, r, NULL, 409, "must attach first", NULL);
-  } else if (!only_public) {
-    qim__gw_ctrl(s, r, NULL, 501, "not implemented", NULL);
-  } else {
-    char *t = json_dumps(q->desc.public_data, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!t || strlen(t) > s->loop->gw->d.cfg->max_message_size) {
-      free(t);
-      qim__gw_ctrl(s, r, NULL, 413, "too large", NULL);
-      qim__gw_req_done(r);
-      return;
-    }
-    set_job *b = qim_calloc(1, sizeof *b);
-    b->public_json = qim_strdup(t);
-    free(t);
-    b->actor = qim__gw_actor(s);
-    b->me = me;
-    b->conv = conv;
-    b->j.req = r;
-    b->j.run = set_run;
-    b->j.destroy = set_destroy;
-    qim__gw_job_start(s->loop, &b->j);
-    return;
   }
   qim__gw_req_done(r);
 }

@@ -105,6 +105,19 @@ int qim_group_set_role(qim_groups *g, const qim_authenticated_actor *actor, qim_
                        qim_group_role role, const qim_trace_id *trace, qim_group_change_result *out);
 
 /*
+ * Deletes the group (Tinode {del what:"topic"}); only a member holding O (the owner).
+ * What deleting a conversation means (docs/groups.md, "Deleting a group"): every current
+ * member, the owner included, leaves in ONE membership version, announced by Control
+ * message(s) with op "delete" naming each of them ("removed"), so every member's mailbox
+ * learns the group is gone; then the conversation is marked deleted in the store: it
+ * takes no more reserves nor membership changes, the group module answers NotFound for
+ * it, and history reads are refused. Stored bodies are not wiped here (retention or a
+ * later purge does that). out->membership_version is the version of the removal.
+ */
+int qim_group_delete(qim_groups *g, const qim_authenticated_actor *actor, qim_group_id group,
+                     const qim_trace_id *trace, qim_group_change_result *out);
+
+/*
  * AdminMembershipChange by an internal service: adds (as Members) and removes without
  * role checks, in one version. `principal` NULL, with an empty service_name or
  * subject, or a service not in cfg.internal_services → InternalIdentityRequired. The

@@ -101,6 +101,11 @@ int qim_group_rule_leave(uint32_t actor_mode) {
   return 0;
 }
 
+int qim_group_rule_delete(uint32_t actor_mode) {
+  if (!has(actor_mode, QIM_MODE_O)) return qim_err_raise(QIM_E_GROUP_PERMISSION_DENIED);
+  return 0;
+}
+
 int qim_group_rule_set_role(uint32_t actor_mode, uint32_t target_mode, qim_group_role role) {
   if (role == QIM_GROUP_ROLE_OWNER || has(target_mode, QIM_MODE_O) || qim_group_role_mode(role) == 0)
     return qim_err_raise(QIM_E_GROUP_PERMISSION_DENIED);

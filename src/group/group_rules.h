@@ -42,6 +42,8 @@ int qim_group_rule_add(uint32_t actor_mode, qim_group_role role);
 int qim_group_rule_remove(uint32_t actor_mode, uint32_t target_mode);
 /* Leaving: anyone but a member holding O (the owner cannot leave its group). */
 int qim_group_rule_leave(uint32_t actor_mode);
+/* Deleting the group: the actor needs O (only the owner ends its group). */
+int qim_group_rule_delete(uint32_t actor_mode);
 /* Changing another member's role to `role`: never to Owner, never of a target holding
  * O; to or from Admin (a target holding A) needs O; Member <-> Guest needs A. */
 int qim_group_rule_set_role(uint32_t actor_mode, uint32_t target_mode, qim_group_role role);

@@ -600,6 +600,27 @@ static int member_receipt_exec(sq_conn *c, qim_store_req *base) {
 const sq_op sq_op_member_receipt = {
     "conversations.member_receipt", true, NULL, member_receipt_exec, NULL, GROUP_ERRORS};
 
+/* ---- a member's own private ----------------------------------------------------------------- */
+
+static int member_private_exec(sq_conn *c, qim_store_req *base) {
+  qim_store_member_private_req *r = (void *)base;
+  sqlite3_stmt *st = sq_prep(c,
+                             "UPDATE members SET private_json=?4, updated_at=?5 WHERE tenant=?1 AND conv=?2"
+                             " AND user=?3 AND left_at IS NULL AND NOT banned AND EXISTS (SELECT 1 FROM"
+                             " conversations WHERE tenant=?1 AND conv=?2 AND NOT deleted)");
+  if (!st) return sq_last_error(c);
+  sq_bind_conv(st, 1, r->tenant_id, r->conversation_id);
+  sq_bind_u128(st, 3, r->user_id.v);
+  sq_bind_text(st, 4, r->private_json);
+  sq_bind_u64(st, 5, r->now);
+  int rc = sq_run(c, st);
+  if (rc == 0 && sqlite3_changes(c->db) == 0) rc = -ENOENT;
+  return rc;
+}
+
+const sq_op sq_op_member_private = {
+    "conversations.member_private", true, NULL, member_private_exec, NULL, GROUP_ERRORS};
+
 /* ---- subscriptions
  * -------------------------------------------------------------------------------- */
 

@@ -248,6 +248,12 @@ typedef struct {
  * yet). out_* are the stored values afterwards. -ENOENT if not a current member. */
 typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_user_id user_id; qim_conversation_seq read_seq, recv_seq; qim_conversation_seq out_read, out_recv; } qim_store_member_receipt_req;
 
+/* The current member's own `private` (Tinode keeps it per subscription; only that user
+ * sees it): replaces private_json (NULL clears it) and sets updated_at = now, without a
+ * new membership version (it is nobody else's business). -ENOENT if the user is not a
+ * current member (never was, left or banned) or the conversation is absent or deleted. */
+typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_user_id user_id; const char *private_json; qim_timestamp_millis now; } qim_store_member_private_req;
+
 /* The user's subscriptions: every conversation the user is or was a member of (left and
  * banned ones too, with their left_at / banned), ordered by (last_activity_id,
  * conversation_id) descending, paged by an opaque cursor (a cursor the store did not make
@@ -526,6 +532,7 @@ struct qim_store_vtable {
     int (*members_at)(qim_store *, qim_store_members_at_req *);
     int (*member_receipt)(qim_store *, qim_store_member_receipt_req *);
     int (*subscriptions)(qim_store *, qim_store_subscriptions_req *);
+    int (*member_private)(qim_store *, qim_store_member_private_req *);
   } conversations;
   struct {
     int (*reserve)(qim_store *, qim_store_intent_reserve_req *);

@@ -272,6 +272,23 @@ static int op_member_get(conf_ctx *c, json_t *in, int *st, json_t *out) {
   return 0;
 }
 
+static int op_member_private(conf_ctx *c, json_t *in, int *st, json_t *out) {
+  (void)out;
+  qim_store_member_private_req r = {0};
+  char *priv = NULL;
+  int rc = conf_get_u128(c, in, "tenant_id", &r.tenant_id.v);
+  if (!rc) rc = conf_get_u128(c, in, "conversation_id", &r.conversation_id.v);
+  if (!rc) rc = conf_get_u128(c, in, "user_id", &r.user_id.v);
+  if (!rc) rc = conf_get_json_text(c, in, "private_json", &priv);
+  if (!rc) rc = conf_get_u64(c, in, "now", &r.now);
+  if (!rc) {
+    r.private_json = priv;
+    *st = SYNC(c, conversations.member_private, &r);
+  }
+  free(priv);
+  return rc;
+}
+
 static int op_members_at(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_members_at_req r = {0};
   uint64_t limit;
@@ -865,6 +882,7 @@ static const struct {
     {"conversations.member_get", op_member_get},
     {"conversations.members_at", op_members_at},
     {"conversations.member_receipt", op_member_receipt},
+    {"conversations.member_private", op_member_private},
     {"conversations.subscriptions", op_subscriptions},
     {"intents.reserve", op_reserve},
     {"intents.advance", op_advance},

@@ -250,6 +250,38 @@ static void test_leave_is_attributed_to_the_owner_and_names_the_leaver(void **st
   assert_int_equal(qim_group_leave(x->groups, &member, gx_group(1), NULL, &r), QIM_E_GROUP_PERMISSION_DENIED);
 }
 
+static void test_delete_by_the_owner_removes_everyone_in_one_version_then_marks_the_group_deleted(void **state) {
+  gx *x = *state;
+  qim_membership_version v = gx_create(x, 1, 1, 2, 3);
+  qim_authenticated_actor owner = gx_actor(1), admin = gx_actor(2);
+  qim_group_change_result r;
+  assert_int_equal(qim_group_set_role(x->groups, &owner, gx_group(1), gx_user(2), QIM_GROUP_ROLE_ADMIN, NULL, &r), 0);
+  /* An admin holds A but not O: only the owner ends the group. */
+  assert_int_equal(qim_group_delete(x->groups, &admin, gx_group(1), NULL, &r), QIM_E_GROUP_PERMISSION_DENIED);
+  assert_true(gx_is_member(x, 1, 3));
+  assert_int_equal(qim_group_delete(x->groups, &owner, gx_group(1), NULL, &r), 0);
+  assert_int_equal(r.membership_version, v + 2);
+  assert_int_equal(r.control_status, 0);
+  for (uint64_t u = 1; u <= 4; u++) assert_false(gx_is_member(x, 1, u));
+  qim_committed_envelope env;
+  json_t *j = gx_control(x, 0, &env);
+  assert_string_equal(gx_str(j, "op"), "delete");
+  json_t *ch = json_object_get(j, "changes");
+  assert_int_equal(json_array_size(ch), 4);
+  for (size_t i = 0; i < 4; i++) assert_string_equal(gx_str(json_array_get(ch, i), "change"), "removed");
+  json_decref(j);
+  qim_committed_envelope_free(&env);
+  qim_store_conv_get_req cg = {.tenant_id = GX_TENANT, .conversation_id = qim_group_conversation(gx_group(1))};
+  assert_int_equal(QIM_STORE_SYNC(x->store, conversations.get, &cg), 0);
+  assert_true(cg.out.deleted);
+  qim_store_conversation_free(&cg.out);
+  /* A deleted group is NotFound for every later operation, a second delete included. */
+  assert_int_equal(qim_group_delete(x->groups, &owner, gx_group(1), NULL, &r), QIM_E_GROUP_NOT_FOUND);
+  qim_user_id u5 = gx_user(5);
+  assert_int_equal(qim_group_add(x->groups, &owner, gx_group(1), &u5, 1, QIM_GROUP_ROLE_MEMBER, NULL, &r),
+                   QIM_E_GROUP_NOT_FOUND);
+}
+
 static void test_big_changes_are_described_in_numbered_parts(void **state) {
   gx *x = *state;
   qim_group_close(x->groups);
@@ -380,6 +412,7 @@ int main(void) {
       T(test_owner_promotes_admin_admin_removes_members_but_not_admins),
       T(test_a_banned_user_cannot_be_added_again),
       T(test_leave_is_attributed_to_the_owner_and_names_the_leaver),
+      T(test_delete_by_the_owner_removes_everyone_in_one_version_then_marks_the_group_deleted),
       T(test_big_changes_are_described_in_numbered_parts),
       T(test_admin_change_needs_an_internal_principal),
       T(test_admin_change_from_a_service_not_on_the_list_is_refused),

@@ -87,6 +87,14 @@ static void test_owner_cannot_leave_everyone_else_can(void **state) {
   assert_int_equal(qim_group_rule_leave(M(GUEST)), 0);
 }
 
+static void test_only_a_member_holding_o_deletes_the_group(void **state) {
+  (void)state;
+  assert_int_equal(qim_group_rule_delete(M(OWNER)), 0);
+  assert_int_equal(qim_group_rule_delete(M(ADMIN)), QIM_E_GROUP_PERMISSION_DENIED);
+  assert_int_equal(qim_group_rule_delete(M(MEMBER)), QIM_E_GROUP_PERMISSION_DENIED);
+  assert_int_equal(qim_group_rule_delete(M(GUEST)), QIM_E_GROUP_PERMISSION_DENIED);
+}
+
 static void test_role_changes_admin_needs_owner_member_guest_needs_admin(void **state) {
   (void)state;
   /* promote / demote admins: owner only */
@@ -138,6 +146,7 @@ int main(void) {
       cmocka_unit_test(test_add_needs_s_for_members_and_o_for_admins),
       cmocka_unit_test(test_remove_and_ban_follow_rank_by_mode),
       cmocka_unit_test(test_owner_cannot_leave_everyone_else_can),
+      cmocka_unit_test(test_only_a_member_holding_o_deletes_the_group),
       cmocka_unit_test(test_role_changes_admin_needs_owner_member_guest_needs_admin),
       cmocka_unit_test(test_listing_members_needs_r),
       cmocka_unit_test(test_cursor_round_trips_and_binds_to_its_group),
