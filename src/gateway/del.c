@@ -48,7 +48,7 @@ void qim__gw_del(gw_req *r) {
   if (m->what != QIM_PROTO_DEL_MSG) {
     /* Deleting topics, subscriptions, users and credentials is not offered. */
     qim__gw_ctrl(s, r, NULL, 501, "not implemented", NULL);
-  } else if (qim__gw_group_conv(r->msg.topic, &conv) != 0) {
+  } else if (qim__gw_topic_conv(s, r->msg.topic, &conv) != 0) {
     qim__gw_ctrl(s, r, NULL, 404, "topic not found", NULL);
   } else if (!qim__gw_session_attached(s, conv)) {
     qim__gw_ctrl(s, r, NULL, 409, "must attach first", NULL);

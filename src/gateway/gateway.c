@@ -156,6 +156,7 @@ int qim_gateway_start(qim_gateway *g) {
     for (unsigned i = 0; i < g->nloops; i++) {
       pthread_mutex_destroy(&g->loops[i].post_mu);
       qim_free(g->loops[i].rate);
+      qim_free(g->loops[i].kinds);
     }
     qim_free(g->loops);
     g->loops = NULL;
@@ -187,6 +188,7 @@ void qim_gateway_free(qim_gateway *g) {
     for (unsigned i = 0; i < g->nloops; i++) {
       pthread_mutex_destroy(&g->loops[i].post_mu);
       qim_free(g->loops[i].rate);
+      qim_free(g->loops[i].kinds);
     }
   qim_free(g->loops);
   qim_free(g);

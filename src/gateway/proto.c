@@ -281,6 +281,7 @@ static int get_opts(dec *d, json_t *obj, const char *key, qim_proto_get_opts *ou
   TRY(get_uint(d, o, "since", &out->since));
   TRY(get_uint(d, o, "before", &out->before));
   TRY(get_uint(d, o, "limit", &out->limit));
+  TRY(get_str(d, o, "cursor", QIM_PROTO_STR_MAX, &out->cursor));
   return get_ranges(d, o, "ranges", &out->has_ranges, &out->ranges);
 }
 
