@@ -319,6 +319,8 @@ void qim__gw_me_pres(qim_gateway *g, qim_tenant_id tenant, qim_user_id user,
                      const qim_proto_pres_frame *pr);
 void qim__gw_me_gone(qim_gateway *g, qim_tenant_id tenant, qim_user_id user, const char *topic);
 void qim__gw_me_upd(qim_gateway *g, qim_tenant_id tenant, qim_user_id user, const char *topic);
+/* Blocking (a worker): `upd` about group conv to every current member, as `a` sees them. */
+void qim__gw_me_upd_group(qim_gateway *g, const qim_authenticated_actor *a, qim_conversation_id conv);
 
 /* The session list behind `get sub` on `me` (me.c): one page of the user's CURRENT
  * conversations (groups and direct; left, banned and deleted ones skipped), newest

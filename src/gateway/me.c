@@ -156,3 +156,28 @@ int qim__gw_me_sessions(qim_store *st, qim_tenant_id tenant, qim_user_id user,
   page->next_cursor = cur;
   return 0;
 }
+
+/* ---- a group's description changed
+ * ----------------------------------------------------------------- */
+
+void qim__gw_me_upd_group(qim_gateway *g, const qim_authenticated_actor *a,
+                          qim_conversation_id conv) {
+  char topic[QIM_TOPIC_NAME_CAP];
+  qim_group_id_format((qim_group_id){conv.v}, topic, sizeof topic);
+  qim_member_page_request req = {.actor = *a, .group_id = {conv.v}};
+  qim_page_cursor next = {{0}};
+  for (;;) {
+    qim_member_page page = {0};
+    if (qim_group_member_page(g->d.groups, &req, &page) != 0) break;
+    for (size_t i = 0; i < page.member_count; i++)
+      qim__gw_me_upd(g, a->tenant_id, page.members[i].user_id, topic);
+    bool more = page.has_more && page.has_next_cursor && page.next_cursor.bytes.n;
+    qim_bytes_free(&next.bytes);
+    if (more) qim_bytes_copy(&next.bytes, &page.next_cursor.bytes);
+    qim_member_page_free(&page);
+    if (!more) break;
+    req.has_cursor = true;
+    req.cursor = next;
+  }
+  qim_bytes_free(&next.bytes);
+}

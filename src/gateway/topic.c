@@ -400,6 +400,7 @@ static void set_run(gw_job *j) {
     rc = QIM_STORE_SYNC(g->d.store, accounts.user_update, &u);
   } else {
     rc = set_group_public(b, g);
+    if (rc == 0) qim__gw_me_upd_group(g, &b->actor, b->conv); /* members' session lists */
   }
   if (rc)
     qim__gw_out_fail(&j->out, r->msg.id, NULL, rc, qim__gw_now(g));

@@ -7,7 +7,7 @@
 
 const assert = require('node:assert/strict');
 const { Suite, expectCode, settle, waitUntil } = require('./lib/harness');
-const { createGroup, history, newUser, publish, received, subscribeMe, tokenSession } = require('./lib/sdk');
+const { createGroup, history, join, newUser, publish, received, subscribeMe, tokenSession } = require('./lib/sdk');
 
 const suite = new Suite('p2p');
 const test = (name, fn, opts) => suite.test(name, fn, opts);
@@ -194,6 +194,28 @@ test('me: the session list orders p2p and groups by activity, counts unread, sta
   const one = await u2.tn.getMeta('me', { what: 'sub', sub: { topic: w.uid } });
   const only = u2.bodies('meta', (x) => x.id === one.id && x.sub, mo)[0];
   assert.deepEqual(only.sub.map((s) => s.topic), [w.uid]);
+  // A changed description reaches the members' session lists as {pres upd}.
+  const mu = u2.mark();
+  await u.topic(g).setMeta({ desc: { public: { fn: 'U group renamed' } } });
+  await u2.wait('pres', (p) => p.topic === 'me' && p.what === 'upd' && p.src === g, { since: mu, what: 'pres me upd' });
+  await waitUntil(() => (u2.me().getContact(g).public || {}).fn === 'U group renamed', 3000, 'the SDK re-read the contact');
+});
+
+test('me: joining and leaving a group reach the user’s other sessions as pres acs and gone', async (ctx) => {
+  const o = await newUser(ctx, 'owner');
+  const j = await newUser(ctx, 'joiner');
+  const g = await createGroup(o, 'Joinable');
+  const j2 = await tokenSession(ctx, j);
+  await subscribeMe(j2);
+  const m = j2.mark();
+  await join(j, g);
+  const acs = await j2.wait('pres', (p) => p.topic === 'me' && p.what === 'acs' && p.src === g, { since: m, what: 'pres me acs for the join' });
+  assert.equal(acs.dacs && acs.dacs.given, 'JRWPS');
+  await waitUntil(() => j2.me().getContact(g), 3000, 'the SDK added the group to the contacts');
+  const mg = j2.mark();
+  const un = await j.topic(g).leave(true);
+  assert.equal(un.code, 200);
+  await j2.wait('pres', (p) => p.topic === 'me' && p.what === 'gone' && p.src === g, { since: mg, what: 'pres me gone for the leave' });
 });
 
 suite.run();
