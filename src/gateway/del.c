@@ -121,7 +121,7 @@ void qim__gw_del(gw_req *r) {
     if (group_change(r, conv, true)) return;
   } else if (m->what != QIM_PROTO_DEL_MSG && m->what != QIM_PROTO_DEL_SUB) {
     qim__gw_ctrl(s, r, NULL, 404, "topic not found", NULL);
-  } else if (qim__gw_group_conv(r->msg.topic, &conv) != 0) {
+  } else if (qim__gw_topic_conv(s, r->msg.topic, &conv) != 0) {
     qim__gw_ctrl(s, r, NULL, 404, "topic not found", NULL);
   } else if (!qim__gw_session_attached(s, conv)) {
     qim__gw_ctrl(s, r, NULL, 409, "must attach first", NULL);

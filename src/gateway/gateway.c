@@ -160,6 +160,7 @@ int qim_gateway_start(qim_gateway *g) {
     for (unsigned i = 0; i < g->nloops; i++) {
       pthread_mutex_destroy(&g->loops[i].post_mu);
       qim_free(g->loops[i].rate);
+      qim_free(g->loops[i].kinds);
     }
     qim_free(g->loops);
     g->loops = NULL;
@@ -191,6 +192,7 @@ void qim_gateway_free(qim_gateway *g) {
     for (unsigned i = 0; i < g->nloops; i++) {
       pthread_mutex_destroy(&g->loops[i].post_mu);
       qim_free(g->loops[i].rate);
+      qim_free(g->loops[i].kinds);
     }
   qim_free(g->loops);
   qim__gw_presence_free(g->pres);

@@ -244,7 +244,8 @@ struct gw_loop {
   /* Push batches waiting, handled one at a time in order (push.c). */
   struct gw_push *push_head, *push_tail;
   bool push_busy;
-  gw_rate *rate; /* GW_RATE_SLOTS entries */
+  gw_rate *rate;         /* GW_RATE_SLOTS entries */
+  struct gw_kind *kinds; /* push.c: conversation kinds seen (made on first use) */
 };
 
 struct qim_gateway {
@@ -315,6 +316,54 @@ int qim__gw_member_want(qim_gateway *g, qim_tenant_id t, qim_conversation_id con
 
 /* Resolves a group topic name to its conversation: 0, or -ENOENT for anything else. */
 int qim__gw_group_conv(const char *topic, qim_conversation_id *conv);
+
+/* P2P topics (p2p.c). The peer named by a `usr…` topic of session s: 0, or -ENOENT (not a
+ * user name, or s's own id). */
+int qim__gw_p2p_peer(const gw_session *s, const char *topic, qim_user_id *peer);
+/* A topic name as session s sees it (grp…, or usr… = the direct conversation with that
+ * user) to its conversation: 0, or -ENOENT. */
+int qim__gw_topic_conv(const gw_session *s, const char *topic, qim_conversation_id *conv);
+void qim__gw_sub_p2p(gw_req *r);
+/* acs {want, given, mode} as the ctrl of a {sub} carries it (p2p.c). */
+json_t *qim__gw_acs_json(uint32_t want, uint32_t given);
+/* get on a P2P topic (get.c): desc carries the peer's public, sub both members, data and
+ * del come from the history module as for groups. */
+void qim__gw_get_p2p(qim_gateway *g, const qim_authenticated_actor *a, qim_conversation_id conv,
+                     qim_user_id peer, const char *topic, const char *id,
+                     const qim_proto_get_query *q, gw_out *out);
+
+/* The `me` topic as the session list (me.c). Any thread: sends `pr` (topic "me") to every
+ * `me` session of (tenant, user) on every loop. gone: the topic was deleted or the user
+ * removed from it; upd: its description changed. `topic` is the name as that user sees
+ * it. */
+void qim__gw_me_pres(qim_gateway *g, qim_tenant_id tenant, qim_user_id user,
+                     const qim_proto_pres_frame *pr);
+void qim__gw_me_gone(qim_gateway *g, qim_tenant_id tenant, qim_user_id user, const char *topic);
+void qim__gw_me_upd(qim_gateway *g, qim_tenant_id tenant, qim_user_id user, const char *topic);
+/* Blocking (a worker): `upd` about group conv to every current member, as `a` sees them. */
+void qim__gw_me_upd_group(qim_gateway *g, const qim_authenticated_actor *a, qim_conversation_id conv);
+
+/* The session list behind `get sub` on `me` (me.c): one page of the user's CURRENT
+ * conversations (groups and direct; left, banned and deleted ones skipped), newest
+ * activity first (LastActivityId, then conversation id, descending — the store's order).
+ * page->sessions[i] has the latest seq, the LastActivityId and the unread count
+ * (latest − read; 0 without R); rows (members[i], convs[i]) are the store rows behind it
+ * (free with qim__gw_me_rows_free(rows, page->session_count)). `keep` (NULL = all)
+ * filters rows further (ims, topic). req->limit 0 is -EINVAL. has_more / next_cursor:
+ * the store's cursor after the last row returned (has_more may be true when only
+ * filtered rows follow). Blocking: run it in a worker. */
+typedef struct gw_me_rows {
+  qim_store_member *members;
+  qim_store_conversation *convs;
+} gw_me_rows;
+typedef bool (*gw_me_keep)(const qim_store_member *m, const qim_store_conversation *c, void *ud);
+int qim__gw_me_sessions(qim_store *st, qim_tenant_id tenant, qim_user_id user,
+                        const qim_session_page_request *req, gw_me_keep keep, void *ud,
+                        qim_session_page *page, gw_me_rows *rows);
+void qim__gw_me_rows_free(gw_me_rows *rows, size_t n);
+/* The name user `viewer` gives conversation c: grp… for a group, the peer's usr… for a
+ * direct one (p2p.c). */
+void qim__gw_conv_topic(const qim_store_conversation *c, qim_user_id viewer, char *out, size_t cap);
 
 /* Push sink (push.c): registered per loop, called on mailbox workers. */
 void qim__gw_push_sink(qim_push_batch *batch, void *ctx);

@@ -59,10 +59,22 @@ static void me_desc(qim_gateway *g, const qim_authenticated_actor *a, const char
   qim_store_user_free(&ug.out);
 }
 
-/* One `me` listing entry (§11.1); `keep` collects the JSON it borrows. */
-static void me_entry(const qim_store_member *m, const qim_store_conversation *c, qim_proto_topic_sub *e,
-                     qim_proto_acs *acs, char *topic, json_t *keep) {
-  qim_group_id_format((qim_group_id){c->conversation_id.v}, topic, QIM_TOPIC_NAME_CAP);
+/* A user's public as JSON (NULL when none or unreadable); `keep` owns it. */
+static json_t *user_public(qim_gateway *g, qim_tenant_id t, qim_user_id u, json_t *keep) {
+  qim_store_user_get_req ug = {.tenant_id = t, .user_id = u};
+  if (QIM_STORE_SYNC(g->d.store, accounts.user_get, &ug) != 0) return NULL;
+  json_t *p = json_or_null(ug.out.public_json);
+  qim_store_user_free(&ug.out);
+  if (p) json_array_append_new(keep, p);
+  return p;
+}
+
+/* One `me` listing entry (§11.1): a group, or a P2P topic named by the peer with the
+ * peer's public. `keep` collects the JSON it borrows. */
+static void me_entry(qim_gateway *g, const qim_authenticated_actor *a, const qim_store_member *m,
+                     const qim_store_conversation *c, qim_proto_topic_sub *e, qim_proto_acs *acs,
+                     char *topic, json_t *keep) {
+  qim__gw_conv_topic(c, a->user_id, topic, QIM_TOPIC_NAME_CAP);
   *acs = acs_of(m->mode_want, m->mode_given);
   memset(e, 0, sizeof *e);
   e->topic = topic;
@@ -76,61 +88,95 @@ static void me_entry(const qim_store_member *m, const qim_store_conversation *c,
     e->recv = (uint32_t)m->recv_seq;
   }
   e->clear = (uint32_t)m->clear_delid;
-  e->subcnt = c->member_count;
-  json_t *pub = json_or_null(c->public_json), *priv = json_or_null(m->private_json);
-  if (pub) json_array_append_new(keep, pub);
+  json_t *pub;
+  if (c->kind == QIM_CONVERSATION_DIRECT) {
+    qim_user_id peer;
+    qim_user_id_parse(topic, strlen(topic), &peer);
+    pub = user_public(g, a->tenant_id, peer, keep);
+  } else {
+    e->subcnt = c->member_count;
+    pub = json_or_null(c->public_json);
+    if (pub) json_array_append_new(keep, pub);
+  }
+  json_t *priv = json_or_null(m->private_json);
   if (priv) json_array_append_new(keep, priv);
   e->public_data = pub;
   e->private_data = priv;
 }
 
-static void me_subs(qim_gateway *g, const qim_authenticated_actor *a, const char *id, const qim_proto_get_opts *o,
-                    gw_out *out) {
-  uint64_t now = qim__gw_now(g);
-  uint32_t max = o->limit && o->limit < g->o.me_list_max ? o->limit : g->o.me_list_max;
-  qim_proto_topic_sub *subs = qim_calloc(max, sizeof *subs);
-  qim_proto_acs *acs = qim_calloc(max, sizeof *acs);
-  char(*topics)[QIM_TOPIC_NAME_CAP] = qim_calloc(max, sizeof *topics);
-  json_t *keep = json_array();
-  size_t n = 0;
-  int rc = 0;
-  qim_page_cursor cur = {{0}};
-  while (n < max) {
-    qim_store_subscriptions_req q = {.tenant_id = a->tenant_id, .user_id = a->user_id, .cursor = cur,
-                                     .limit = max - (uint32_t)n};
-    rc = QIM_STORE_SYNC(g->d.store, conversations.subscriptions, &q);
-    qim_bytes_free(&cur.bytes);
-    if (rc) break;
-    for (size_t i = 0; i < q.out_count && n < max; i++) {
-      const qim_store_member *m = &q.out_members[i];
-      const qim_store_conversation *c = &q.out_convs[i];
-      bool gone = m->has_left_at || m->banned || c->deleted || c->kind != QIM_CONVERSATION_GROUP;
-      if (gone || (o->has_ims && m->updated_at <= o->ims_ms && c->touched_at <= o->ims_ms)) continue;
-      me_entry(m, c, &subs[n], &acs[n], topics[n], keep);
-      n++;
-    }
-    for (size_t i = 0; i < q.out_count; i++) {
-      qim_store_member_free(&q.out_members[i]);
-      qim_store_conversation_free(&q.out_convs[i]);
-    }
-    qim_free(q.out_members);
-    qim_free(q.out_convs);
-    cur = q.out_next; /* owned from here */
-    if (cur.bytes.n == 0) break;
+typedef struct me_filter {
+  const qim_proto_get_opts *o;
+  qim_user_id viewer;
+} me_filter;
+
+/* ims (changed since) and topic (one entry: the SDK asks so after a {pres acs} on me). */
+static bool me_keep(const qim_store_member *m, const qim_store_conversation *c, void *ud) {
+  const me_filter *f = ud;
+  if (f->o->has_ims && m->updated_at <= f->o->ims_ms && c->touched_at <= f->o->ims_ms) return false;
+  if (f->o->topic) {
+    char name[QIM_TOPIC_NAME_CAP];
+    qim__gw_conv_topic(c, f->viewer, name, sizeof name);
+    if (strcmp(name, f->o->topic) != 0) return false;
   }
-  qim_bytes_free(&cur.bytes);
+  return true;
+}
+
+/* get sub on me: one page of the session list (me.c). A qim extension pages it: after a
+ * full page, {ctrl 200 {what:"sub", cursor}} (same id) carries the cursor of the next
+ * page, which `get sub {cursor}` asks for. */
+static void me_subs(qim_gateway *g, const qim_authenticated_actor *a, const char *id,
+                    const qim_proto_get_opts *o, gw_out *out) {
+  uint64_t now = qim__gw_now(g);
+  qim_session_page_request req = {
+      .limit = o->limit && o->limit < g->o.me_list_max ? o->limit : g->o.me_list_max};
+  uint8_t raw[QIM_PROTO_STR_MAX];
+  size_t rawn = 0;
+  if (o->cursor) {
+    if (qim_b64url_decode(o->cursor, strlen(o->cursor), raw, sizeof raw, &rawn) != 0 || rawn == 0) {
+      qim__gw_out_ctrl(out, id, "me", 400, "malformed", json_pack("{ss}", "what", "sub"), now);
+      return;
+    }
+    req.has_cursor = true;
+    req.cursor.bytes = (qim_bytes){.p = raw, .n = rawn};
+  }
+  me_filter f = {.o = o, .viewer = a->user_id};
+  qim_session_page page;
+  gw_me_rows rows;
+  int rc =
+      qim__gw_me_sessions(g->d.store, a->tenant_id, a->user_id, &req, me_keep, &f, &page, &rows);
+  if (rc == -EINVAL) {
+    qim__gw_out_ctrl(out, id, "me", 400, "malformed", json_pack("{ss}", "what", "sub"),
+                     now); /* a forged cursor */
+    return;
+  }
   if (rc) {
     qim__gw_out_fail(out, id, "me", rc, now);
-  } else if (n == 0) {
+    return;
+  }
+  size_t n = page.session_count;
+  qim_proto_topic_sub *subs = qim_calloc(n + 1, sizeof *subs);
+  qim_proto_acs *acs = qim_calloc(n + 1, sizeof *acs);
+  char(*topics)[QIM_TOPIC_NAME_CAP] = qim_calloc(n + 1, sizeof *topics);
+  json_t *keep = json_array();
+  for (size_t i = 0; i < n; i++)
+    me_entry(g, a, &rows.members[i], &rows.convs[i], &subs[i], &acs[i], topics[i], keep);
+  size_t len;
+  if (n == 0)
     add_nothing(out, id, "me", "sub", now);
-  } else {
-    size_t len;
+  else
     qim__gw_out_built(out, qim_proto_meta_sub(id, "me", now, subs, n, &len), &len);
+  if (n && page.has_more) {
+    char cur[2 * QIM_PROTO_STR_MAX];
+    if (qim_b64url_encode(page.next_cursor.bytes.p, page.next_cursor.bytes.n, cur, sizeof cur) > 0)
+      qim__gw_out_ctrl(out, id, "me", 200, "ok", json_pack("{ssss}", "what", "sub", "cursor", cur),
+                       now);
   }
   json_decref(keep);
   qim_free(subs);
   qim_free(acs);
   qim_free(topics);
+  qim__gw_me_rows_free(&rows, n);
+  qim_session_page_free(&page);
 }
 
 void qim__gw_get_me(qim_gateway *g, const qim_authenticated_actor *a, const char *id,
@@ -142,6 +188,14 @@ void qim__gw_get_me(qim_gateway *g, const qim_authenticated_actor *a, const char
 }
 
 /* ---- groups ------------------------------------------------------------------------------------ */
+
+/* seq, read and recv of a topic's desc: readers only (Tinode leaves them out without R). */
+static void desc_counts(qim_proto_topic_desc *d, const qim_store_conversation *c, const qim_store_member *m) {
+  if (!(d->acs->mode & QIM_MODE_READ)) return;
+  d->seq = (uint32_t)c->latest_seq;
+  d->read = (uint32_t)m->read_seq;
+  d->recv = (uint32_t)m->recv_seq;
+}
 
 /* The caller's own member row: 0, or GROUP_NOT_FOUND / HISTORY_ACCESS_DENIED style errors. */
 static int own_member(qim_gateway *g, const qim_authenticated_actor *a, qim_conversation_id conv,
@@ -175,11 +229,7 @@ static void group_desc(qim_gateway *g, const qim_authenticated_actor *a, qim_con
                               .touched_ms = cg.out.touched_at, .acs = &acs, .clear = (uint32_t)m.clear_delid,
                               .subcnt = cg.out.member_count, .public_data = pub, .private_data = priv};
     if (acs.mode & QIM_MODE_SHARE) d.defacs = &defacs;
-    if (acs.mode & QIM_MODE_READ) {
-      d.seq = (uint32_t)cg.out.latest_seq;
-      d.read = (uint32_t)m.read_seq;
-      d.recv = (uint32_t)m.recv_seq;
-    }
+    desc_counts(&d, &cg.out, &m);
     size_t len;
     qim__gw_out_built(out, qim_proto_meta_desc(id, topic, now, &d, &len), &len);
     json_decref(pub);
@@ -384,6 +434,89 @@ void qim__gw_get_group(qim_gateway *g, const qim_authenticated_actor *a, qim_con
                        const char *topic, const char *id, const qim_proto_get_query *q, gw_out *out) {
   if (q->what & QIM_PROTO_WHAT_DESC) group_desc(g, a, conv, topic, id, &q->desc, out);
   if (q->what & QIM_PROTO_WHAT_SUB) group_subs(g, a, conv, topic, id, &q->sub, out);
+  if (q->what & QIM_PROTO_WHAT_DATA) group_data(g, a, conv, topic, id, &q->data, out);
+  if (q->what & QIM_PROTO_WHAT_DEL) group_del(g, a, conv, topic, id, &q->del, out);
+}
+
+/* ---- P2P topics
+ * ------------------------------------------------------------------------------------ */
+
+/* desc of a P2P topic: the caller's own acs, seq, read, recv and clear, and the peer's
+ * public (Tinode shows the other user's card as the topic's). */
+static void p2p_desc(qim_gateway *g, const qim_authenticated_actor *a, qim_conversation_id conv,
+                     qim_user_id peer, const char *topic, const char *id,
+                     const qim_proto_get_opts *o, gw_out *out) {
+  uint64_t now = qim__gw_now(g);
+  qim_store_conv_get_req cg = {.tenant_id = a->tenant_id, .conversation_id = conv};
+  qim_store_member m = {0};
+  int rc = QIM_STORE_SYNC(g->d.store, conversations.get, &cg);
+  if (rc == 0 && (cg.out.deleted || cg.out.kind != QIM_CONVERSATION_DIRECT)) rc = -ENOENT;
+  if (rc == 0) rc = own_member(g, a, conv, &m);
+  if (rc == -ENOENT) {
+    qim__gw_out_ctrl(out, id, topic, 404, "topic not found", NULL, now);
+  } else if (rc) {
+    qim__gw_out_fail(out, id, topic, rc, now);
+  } else if (o->has_ims && cg.out.updated_at <= o->ims_ms && m.updated_at <= o->ims_ms) {
+    qim__gw_out_ctrl(out, id, topic, 304, "not modified", json_pack("{ss}", "what", "desc"), now);
+  } else {
+    json_t *keep = json_array();
+    qim_proto_acs acs = acs_of(m.mode_want, m.mode_given);
+    json_t *priv = json_or_null(m.private_json);
+    if (priv) json_array_append_new(keep, priv);
+    qim_proto_topic_desc d = {.created_ms = cg.out.created_at,
+                              .updated_ms = cg.out.updated_at,
+                              .touched_ms = cg.out.touched_at,
+                              .acs = &acs,
+                              .clear = (uint32_t)m.clear_delid,
+                              .public_data = user_public(g, a->tenant_id, peer, keep),
+                              .private_data = priv};
+    desc_counts(&d, &cg.out, &m);
+    size_t len;
+    qim__gw_out_built(out, qim_proto_meta_desc(id, topic, now, &d, &len), &len);
+    json_decref(keep);
+  }
+  qim_store_member_free(&m);
+  qim_store_conversation_free(&cg.out);
+}
+
+/* sub of a P2P topic: both users (the caller and the peer), as Tinode lists them. */
+static void p2p_subs(qim_gateway *g, const qim_authenticated_actor *a, qim_conversation_id conv,
+                     qim_user_id peer, const char *topic, const char *id,
+                     const qim_proto_get_opts *o, gw_out *out) {
+  uint64_t now = qim__gw_now(g);
+  qim_store_member own = {0};
+  int rc = own_member(g, a, conv, &own);
+  qim_store_member_free(&own);
+  if (rc) {
+    qim__gw_out_fail(out, id, topic, rc, now);
+    return;
+  }
+  qim_user_id users[2] = {a->user_id, peer};
+  qim_proto_topic_sub subs[2];
+  qim_proto_acs acs[2];
+  char names[2][QIM_TOPIC_NAME_CAP];
+  json_t *keep = json_array();
+  size_t n = 0;
+  for (size_t i = 0; i < 2; i++) {
+    member_entry(g, a, conv, users[i], &subs[n], &acs[n], names[n], keep);
+    if ((o->user && strcmp(names[n], o->user) != 0) ||
+        (o->has_ims && subs[n].updated_ms <= o->ims_ms))
+      continue;
+    n++;
+  }
+  size_t len;
+  if (n == 0)
+    add_nothing(out, id, topic, "sub", now);
+  else
+    qim__gw_out_built(out, qim_proto_meta_sub(id, topic, now, subs, n, &len), &len);
+  json_decref(keep);
+}
+
+void qim__gw_get_p2p(qim_gateway *g, const qim_authenticated_actor *a, qim_conversation_id conv,
+                     qim_user_id peer, const char *topic, const char *id,
+                     const qim_proto_get_query *q, gw_out *out) {
+  if (q->what & QIM_PROTO_WHAT_DESC) p2p_desc(g, a, conv, peer, topic, id, &q->desc, out);
+  if (q->what & QIM_PROTO_WHAT_SUB) p2p_subs(g, a, conv, peer, topic, id, &q->sub, out);
   if (q->what & QIM_PROTO_WHAT_DATA) group_data(g, a, conv, topic, id, &q->data, out);
   if (q->what & QIM_PROTO_WHAT_DEL) group_del(g, a, conv, topic, id, &q->del, out);
 }

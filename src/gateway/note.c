@@ -32,6 +32,7 @@ struct gw_event {
   qim_user_id user;     /* whose sessions get pres_me */
   uint64_t exclude;     /* the sending connection */
   qim_ws_frame *info;   /* to attached sessions; NULL = none */
+  qim_ws_frame *info_peer; /* P2P: to the peer's attached sessions (topic = the sender's usr…) */
   qim_ws_frame *pres_me; /* to the user's `me` sessions not attached; NULL = none */
 };
 
@@ -52,8 +53,11 @@ static void deliver(gw_loop *l, const gw_event *ev) {
   uint64_t capped = 0;
   if (ev->info) {
     v = qim__gw_index_find(&l->by_conv, qim__gw_key(ev->tenant, ev->conv.v), &n);
-    for (size_t i = 0; i < n; i++)
-      if (v[i]->conn && v[i]->conn_id != ev->exclude) send_bounded(v[i], ev->info, &budget, &capped);
+    for (size_t i = 0; i < n; i++) {
+      bool peer = ev->info_peer && !qim_u128_eq(v[i]->user.v, ev->user.v);
+      if (v[i]->conn && v[i]->conn_id != ev->exclude)
+        send_bounded(v[i], peer ? ev->info_peer : ev->info, &budget, &capped);
+    }
   }
   if (ev->pres_me) {
     v = qim__gw_index_find(&l->by_user, qim__gw_key(ev->tenant, ev->user.v), &n);
@@ -70,6 +74,7 @@ void qim__gw_event_run(qim_cq_item *it) {
   qim__gw_loop_posted_done(l);
   if (!l->stopping) deliver(l, ev);
   qim_ws_frame_unref(ev->info);
+  qim_ws_frame_unref(ev->info_peer);
   qim_ws_frame_unref(ev->pres_me);
   qim_free(ev);
 }
@@ -83,22 +88,26 @@ static qim_ws_frame *frame_of(char *json, const size_t *len) {
 }
 
 /* Posts the notice to every loop (this one included). Takes the frames' references. */
-static void broadcast(gw_session *s, qim_conversation_id conv, qim_ws_frame *info, qim_ws_frame *pres_me) {
+static void broadcast(gw_session *s, qim_conversation_id conv, qim_ws_frame *info,
+                      qim_ws_frame *info_peer, qim_ws_frame *pres_me) {
   qim_gateway *g = s->loop->gw;
   for (unsigned i = 0; i < g->nloops; i++) {
     gw_event *ev = qim_calloc(1, sizeof *ev);
     *ev = (gw_event){.it = {.run = qim__gw_event_run}, .l = &g->loops[i], .tenant = s->tenant, .conv = conv,
                      .user = s->user, .exclude = s->conn_id};
     ev->info = info ? qim_ws_frame_ref(info) : NULL;
+    ev->info_peer = info_peer ? qim_ws_frame_ref(info_peer) : NULL;
     ev->pres_me = pres_me ? qim_ws_frame_ref(pres_me) : NULL;
     if (!qim__gw_loop_post(ev->l, &ev->it, EVENT_LIMIT)) {
       atomic_fetch_add(&g->st_dropped, 1);
       qim_ws_frame_unref(ev->info);
+      qim_ws_frame_unref(ev->info_peer);
       qim_ws_frame_unref(ev->pres_me);
       qim_free(ev);
     }
   }
   qim_ws_frame_unref(info);
+  qim_ws_frame_unref(info_peer);
   qim_ws_frame_unref(pres_me);
 }
 
@@ -120,12 +129,18 @@ static void notify(gw_session *s, const char *topic, qim_conversation_id conv, c
   qim_proto_info_frame inf = {.topic = topic, .from = s->uname, .what = what_name(n->what), .seq = n->seq,
                               .event = n->event, .payload = n->payload};
   qim_ws_frame *info = frame_of(qim_proto_info(&inf, &len), &len);
+  qim_ws_frame *info_peer = NULL;
+  qim_user_id peer;
+  if (qim__gw_p2p_peer(s, topic, &peer) == 0) { /* the peer names the topic by the sender's id */
+    inf.topic = s->uname;
+    info_peer = frame_of(qim_proto_info(&inf, &len), &len);
+  }
   qim_ws_frame *pres = NULL;
   if (receipt) {
     qim_proto_pres_frame p = {.topic = "me", .src = topic, .what = what_name(n->what), .seq = n->seq};
     pres = frame_of(qim_proto_pres(&p, &len), &len);
   }
-  broadcast(s, conv, info, pres);
+  broadcast(s, conv, info, info_peer, pres);
 }
 
 /* ---- receipts ------------------------------------------------------------------------------------ */
@@ -167,7 +182,7 @@ void qim__gw_note(gw_req *r) {
   gw_session *s = r->s;
   const qim_proto_note *m = &r->msg.u.note;
   qim_conversation_id conv;
-  if (qim__gw_group_conv(r->msg.topic, &conv) != 0) {
+  if (qim__gw_topic_conv(s, r->msg.topic, &conv) != 0) {
     qim__gw_req_done(r); /* notes to topics we do not have are dropped */
     return;
   }

@@ -213,7 +213,7 @@ typedef struct qim_proto_get_opts {
   uint32_t since, before, limit;
   bool has_ranges;
   qim_proto_ranges ranges;
-  const char *cursor; /* qim extension (get sub of a group): the next page's cursor */
+  const char *cursor; /* qim extension (get sub of `me` or a group): the page after this cursor */
 } qim_proto_get_opts;
 
 /* MsgGetQuery (get, sub.get). */

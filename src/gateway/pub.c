@@ -171,7 +171,7 @@ void qim__gw_pub(gw_req *r) {
   gw_attach *att = NULL;
   if (strcmp(r->msg.topic, "me") == 0 || strcmp(r->msg.topic, "fnd") == 0) {
     qim__gw_ctrl(s, r, NULL, 403, "permission denied", NULL);
-  } else if (qim__gw_group_conv(r->msg.topic, &conv) != 0) {
+  } else if (qim__gw_topic_conv(s, r->msg.topic, &conv) != 0) {
     qim__gw_ctrl(s, r, NULL, 404, "topic not found", NULL);
   } else if (!(att = qim__gw_session_attached(s, conv))) {
     qim__gw_ctrl(s, r, NULL, 409, "must attach first", NULL);

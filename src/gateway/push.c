@@ -21,6 +21,18 @@
  * Bodies larger than the inline threshold are not in mailbox entries: the record is read
  * from the store (asynchronously, on this loop) before the entry is delivered. Batches
  * are handled strictly one after the other, so per-user order is the mailbox's order.
+ *
+ * Topic names. A group is `grp…` for everyone; a direct (P2P) conversation is named by
+ * each user after the OTHER user (`usr…`), so the name depends on the entry's user. An
+ * entry whose sender is another user names itself: the conversation is direct exactly
+ * when its id is qim_conversation_id_direct(user, sender) (a direct conversation's
+ * entries come from its two members). For the user's own entries the conversation's kind
+ * is looked up once per loop (asynchronously, like a body) and kept in a small
+ * direct-mapped table (kinds never change, so it is never stale).
+ *
+ * `me` as the session list: besides {pres what:"msg"} and "del", a membership change of
+ * the entry's own user reaches its `me` sessions as {pres what:"acs"} (joined, mode
+ * changed) or {pres what:"gone"} (left, removed, banned).
  */
 #include <errno.h>
 #include <string.h>
@@ -32,6 +44,14 @@
 #include "qim/record.h"
 
 #define PUSH_LIMIT 8192 /* batches queued per loop before new ones are dropped */
+#define KIND_SLOTS 4096 /* conversation kinds remembered per loop */
+
+struct gw_kind {
+  qim_tenant_id tenant;
+  qim_conversation_id conv;
+  bool used, direct;
+  qim_user_id users[2];
+};
 
 typedef struct gw_push {
   qim_cq_item it;
@@ -41,8 +61,11 @@ typedef struct gw_push {
   struct gw_push *qnext;
   qim_store_record_get_req get;  /* the body of entry `next`, when not inline */
   bool fetching, fetched;
-  /* Frames of the last message delivered, shared by all its receivers here. */
+  qim_store_conv_get_req kind; /* the conversation of entry `next`, when its kind is unknown */
+  /* Frames of the last message delivered, shared by all its receivers here (same message
+   * and same topic name: the two users of a direct conversation name it differently). */
   qim_message_id cached;
+  char cached_topic[QIM_TOPIC_NAME_CAP];
   bool have_cache;
   qim_ws_frame *data, *pres_act, *pres_own;
 } gw_push;
@@ -80,6 +103,7 @@ static void build_message(gw_push *p, const qim_mailbox_entry *e, const qim_mess
                           const char *topic) {
   cache_clear(p);
   p->cached = e->coordinates.message_id;
+  snprintf(p->cached_topic, sizeof p->cached_topic, "%s", topic);
   p->have_cache = true;
   char from[QIM_TOPIC_NAME_CAP];
   qim_user_id_format(e->sender_id, from, sizeof from);
@@ -100,12 +124,12 @@ static void build_message(gw_push *p, const qim_mailbox_entry *e, const qim_mess
 }
 
 static void deliver_message(gw_push *p, const qim_mailbox_entry *e, const qim_message_content *c,
-                            gw_session *const *v, size_t n) {
+                            const char *topic, gw_session *const *v, size_t n) {
   qim_gateway *g = p->l->gw;
   qim_conversation_id conv = e->coordinates.conversation_id;
-  char topic[QIM_TOPIC_NAME_CAP];
-  qim_group_id_format((qim_group_id){conv.v}, topic, sizeof topic);
-  if (!p->have_cache || memcmp(p->cached.b, e->coordinates.message_id.b, 16) != 0) build_message(p, e, c, topic);
+  if (!p->have_cache || memcmp(p->cached.b, e->coordinates.message_id.b, 16) != 0 ||
+      strcmp(p->cached_topic, topic) != 0)
+    build_message(p, e, c, topic);
   bool own = qim_u128_eq(e->sender_id.v, e->user_id.v);
   for (size_t i = 0; i < n; i++) {
     gw_session *s = v[i];
@@ -163,12 +187,30 @@ static void deliver_gone(gw_push *p, gw_session *const *v, size_t n, qim_convers
   qim_ws_frame_unref(fm);
 }
 
-static void deliver_membership(gw_push *p, const qim_mailbox_entry *e, gw_session *const *v, size_t n) {
+/* The entry's own user's membership changed: its `me` sessions not attached to the
+ * topic learn it (Tinode: pres acs for a new or changed subscription, gone when it ends). */
+static void membership_to_me(gw_push *p, const qim_mailbox_entry *e, const char *topic,
+                             const char *user, bool gone, const char *mode, gw_session *const *v,
+                             size_t n) {
+  char self[QIM_TOPIC_NAME_CAP];
+  qim_user_id_format(e->user_id, self, sizeof self);
+  if (strcmp(self, user) != 0) return;
+  size_t len;
+  qim_proto_pres_frame pr = {.topic = "me", .src = topic, .what = gone ? "gone" : "acs"};
+  if (!gone) pr.dacs_want = pr.dacs_given = mode;
+  qim_ws_frame *f = frame_of(qim_proto_pres(&pr, &len), &len);
+  for (size_t i = 0; i < n; i++)
+    if (v[i]->me && !qim__gw_session_attached(v[i], e->coordinates.conversation_id))
+      send_frame(v[i], f, &p->l->gw->st_pres);
+  qim_ws_frame_unref(f);
+}
+
+static void deliver_membership(gw_push *p, const qim_mailbox_entry *e, const char *topic,
+                               gw_session *const *v, size_t n) {
   json_t *j = control_json(e);
   json_t *changes = json_object_get(j, "changes");
   qim_conversation_id conv = e->coordinates.conversation_id;
-  char topic[QIM_TOPIC_NAME_CAP], self[QIM_TOPIC_NAME_CAP];
-  qim_group_id_format((qim_group_id){conv.v}, topic, sizeof topic);
+  char self[QIM_TOPIC_NAME_CAP];
   qim_user_id_format(e->user_id, self, sizeof self);
   const char *op = json_string_value(json_object_get(j, "op"));
   if (op && strcmp(op, "delete") == 0) { /* the whole group is gone: no per-member acs */
@@ -185,7 +227,8 @@ static void deliver_membership(gw_push *p, const qim_mailbox_entry *e, gw_sessio
     const char *mode = json_string_value(json_object_get(c, "mode"));
     if (!user || !change) continue;
     bool gone = strcmp(change, "removed") == 0 || strcmp(change, "left") == 0 || strcmp(change, "banned") == 0;
-    if (gone && strcmp(change, "left") != 0 && strcmp(user, self) == 0) evicted = true;
+    bool self_evicted = gone && strcmp(change, "left") != 0 && strcmp(user, self) == 0;
+    evicted = evicted || self_evicted;
     const char *m = gone ? "N" : mode ? mode : NULL;
     if (!m) continue;
     size_t len;
@@ -193,6 +236,7 @@ static void deliver_membership(gw_push *p, const qim_mailbox_entry *e, gw_sessio
     qim_ws_frame *f = frame_of(qim_proto_pres(&pr, &len), &len);
     to_attached(v, n, conv, f, &p->l->gw->st_pres);
     qim_ws_frame_unref(f);
+    if (!self_evicted) membership_to_me(p, e, topic, user, gone, m, v, n); /* else deliver_gone tells `me` */
   }
   if (evicted) deliver_gone(p, v, n, conv, topic, false);
   json_decref(j);
@@ -212,7 +256,8 @@ static size_t ranges_from(json_t *a, qim_proto_range *r, size_t k, size_t cap) {
   return k;
 }
 
-static void deliver_history(gw_push *p, const qim_mailbox_entry *e, gw_session *const *v, size_t n) {
+static void deliver_history(gw_push *p, const qim_mailbox_entry *e, const char *topic,
+                            gw_session *const *v, size_t n) {
   json_t *j = control_json(e);
   const char *op = json_string_value(json_object_get(j, "op"));
   if (!op || strcmp(op, "del") != 0) {
@@ -220,8 +265,6 @@ static void deliver_history(gw_push *p, const qim_mailbox_entry *e, gw_session *
     return;
   }
   qim_conversation_id conv = e->coordinates.conversation_id;
-  char topic[QIM_TOPIC_NAME_CAP];
-  qim_group_id_format((qim_group_id){conv.v}, topic, sizeof topic);
   qim_proto_range r[QIM_PROTO_RANGES_MAX];
   size_t k = ranges_from(json_object_get(j, "deleted"), r, 0, QIM_PROTO_RANGES_MAX);
   k = ranges_from(json_object_get(j, "recalled"), r, k, QIM_PROTO_RANGES_MAX);
@@ -280,6 +323,78 @@ static bool fetch(gw_push *p, const qim_mailbox_entry *e) {
   return true;
 }
 
+/* ---- topic names
+ * ------------------------------------------------------------------------------------ */
+
+static struct gw_kind *kind_slot(gw_loop *l, qim_conversation_id conv) {
+  if (!l->kinds) l->kinds = qim_calloc(KIND_SLOTS, sizeof *l->kinds);
+  return &l->kinds[(conv.v.lo ^ conv.v.hi) % KIND_SLOTS];
+}
+
+/* The name e's user gives e's conversation (PROTOCOL.md §3); false when its kind is not
+ * known yet (then kind_fetch). */
+static bool entry_topic(gw_loop *l, const qim_mailbox_entry *e, char *out) {
+  qim_conversation_id conv = e->coordinates.conversation_id;
+  bool other =
+      !qim_u128_eq(e->sender_id.v, e->user_id.v) && !qim_u128_eq(e->sender_id.v, (qim_u128){0, 0});
+  if (other) {
+    if (qim_u128_eq(qim_conversation_id_direct(e->tenant_id, e->user_id, e->sender_id).v, conv.v))
+      qim_user_id_format(e->sender_id, out, QIM_TOPIC_NAME_CAP);
+    else
+      qim_group_id_format((qim_group_id){conv.v}, out, QIM_TOPIC_NAME_CAP);
+    return true;
+  }
+  struct gw_kind *k = kind_slot(l, conv);
+  if (!k->used || !qim_u128_eq(k->conv.v, conv.v) || !qim_u128_eq(k->tenant.v, e->tenant_id.v))
+    return false;
+  if (!k->direct) {
+    qim_group_id_format((qim_group_id){conv.v}, out, QIM_TOPIC_NAME_CAP);
+  } else {
+    bool first = qim_u128_eq(k->users[0].v, e->user_id.v);
+    qim_user_id_format(k->users[first ? 1 : 0], out, QIM_TOPIC_NAME_CAP);
+  }
+  return true;
+}
+
+static void kind_done(qim_store_req *req) {
+  gw_push *p = (gw_push *)((char *)req - offsetof(gw_push, kind));
+  gw_loop *l = p->l;
+  p->fetching = false;
+  if (req->status == 0) {
+    struct gw_kind *k = kind_slot(l, p->kind.conversation_id);
+    *k = (struct gw_kind){.tenant = p->kind.tenant_id,
+                          .conv = p->kind.conversation_id,
+                          .used = true,
+                          .direct = p->kind.out.kind == QIM_CONVERSATION_DIRECT,
+                          .users = {p->kind.out.direct_users[0], p->kind.out.direct_users[1]}};
+    qim_store_conversation_free(&p->kind.out);
+  } else {
+    QIM_LOGW(&p->b->trace_id, "gateway.push_conversation_missing", "err=%s",
+             qim_err_name(req->status));
+    p->next++; /* deliver nothing for a conversation that is gone */
+  }
+  run(l);
+  qim__gw_loop_release(l);
+}
+
+/* Starts reading entry e's conversation; false when it could not be asked (skip it). */
+static bool kind_fetch(gw_push *p, const qim_mailbox_entry *e) {
+  gw_loop *l = p->l;
+  memset(&p->kind, 0, sizeof p->kind);
+  p->kind.req.cq = l->cq;
+  p->kind.req.done = kind_done;
+  p->kind.tenant_id = e->tenant_id;
+  p->kind.conversation_id = e->coordinates.conversation_id;
+  qim_store *st = l->gw->d.store;
+  qim__gw_loop_hold(l);
+  if (st->vt->conversations.get(st, &p->kind) != 0) {
+    qim__gw_loop_release(l);
+    return false;
+  }
+  p->fetching = true;
+  return true;
+}
+
 static bool is_history_control(const qim_mailbox_entry *e) {
   return e->has_content && e->content.custom_type && strcmp(e->content.custom_type, QIM_HISTORY_CONTROL_TYPE) == 0;
 }
@@ -292,6 +407,15 @@ static bool step(gw_push *p) {
     size_t n;
     gw_session *const *v = qim__gw_index_find(&l->by_user, qim__gw_key(e->tenant_id, e->user_id.v), &n);
     if (n == 0) continue;
+    bool wanted = e->event_type == QIM_EVENT_TYPE_MESSAGE ||
+                  e->event_type == QIM_EVENT_TYPE_MEMBERSHIP ||
+                  (e->event_type == QIM_EVENT_TYPE_CONTROL && is_history_control(e));
+    if (!wanted) continue;
+    char topic[QIM_TOPIC_NAME_CAP];
+    if (!entry_topic(l, e, topic)) {
+      if (kind_fetch(p, e)) return false;
+      continue;
+    }
     if (e->event_type == QIM_EVENT_TYPE_MESSAGE) {
       const qim_message_content *c = e->has_content && e->body_included ? &e->content : NULL;
       bool cached = p->have_cache && memcmp(p->cached.b, e->coordinates.message_id.b, 16) == 0;
@@ -300,15 +424,15 @@ static bool step(gw_push *p) {
         continue;
       }
       if (!c && p->fetched) c = &p->get.out.content;
-      deliver_message(p, e, c, v, n);
+      deliver_message(p, e, c, topic, v, n);
       if (p->fetched) {
         qim_message_record_free(&p->get.out);
         p->fetched = false;
       }
     } else if (e->event_type == QIM_EVENT_TYPE_MEMBERSHIP) {
-      deliver_membership(p, e, v, n);
-    } else if (e->event_type == QIM_EVENT_TYPE_CONTROL && is_history_control(e)) {
-      deliver_history(p, e, v, n);
+      deliver_membership(p, e, topic, v, n);
+    } else {
+      deliver_history(p, e, topic, v, n);
     }
   }
   return true;

@@ -192,6 +192,7 @@ static void set_run(gw_job *j) {
     rc = QIM_STORE_SYNC(g->d.store, accounts.user_update, &u);
   } else if (!b->me && (b->public_json || b->private_json)) {
     rc = set_group_desc(b, g);
+    if (rc == 0 && b->public_json) qim__gw_me_upd_group(g, &b->actor, b->conv); /* members' session lists */
   }
   if (rc == 0 && b->has_sub) rc = b->sub_other ? set_other(b, g, r) : set_own(b, g);
   if (rc) {

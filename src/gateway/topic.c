@@ -29,14 +29,6 @@ int qim__gw_group_conv(const char *topic, qim_conversation_id *conv) {
   return 0;
 }
 
-static json_t *acs_json(uint32_t want, uint32_t given) {
-  char w[QIM_MODE_STR_CAP], gv[QIM_MODE_STR_CAP], m[QIM_MODE_STR_CAP];
-  qim_proto_mode_format(want, w, sizeof w);
-  qim_proto_mode_format(given, gv, sizeof gv);
-  qim_proto_mode_format(want & given, m, sizeof m);
-  return json_pack("{ssssss}", "want", w, "given", gv, "mode", m);
-}
-
 static bool wants_get(const gw_req *r) { return r->msg.u.sub.get.present && r->msg.u.sub.get.what; }
 
 /* ---- me ----------------------------------------------------------------------------------------- */
@@ -46,7 +38,8 @@ typedef struct get_job {
   qim_authenticated_actor actor;
   qim_conversation_id conv;
   char topic[QIM_TOPIC_NAME_CAP];
-  bool me;
+  bool me, p2p;
+  qim_user_id peer; /* p2p */
   const qim_proto_get_query *q;
 } get_job;
 
@@ -55,6 +48,8 @@ static void get_run(gw_job *j) {
   qim_gateway *gw = j->loop->gw;
   if (g->me)
     qim__gw_get_me(gw, &g->actor, j->req->msg.id, g->q, &j->out);
+  else if (g->p2p)
+    qim__gw_get_p2p(gw, &g->actor, g->conv, g->peer, g->topic, j->req->msg.id, g->q, &j->out);
   else
     qim__gw_get_group(gw, &g->actor, g->conv, g->topic, j->req->msg.id, g->q, &j->out);
 }
@@ -67,6 +62,7 @@ static void start_get(gw_req *r, bool me, qim_conversation_id conv, const char *
   g->conv = conv;
   g->me = me;
   g->q = q;
+  g->p2p = !me && qim__gw_p2p_peer(r->s, topic, &g->peer) == 0;
   snprintf(g->topic, sizeof g->topic, "%s", topic);
   g->j.req = r;
   g->j.run = get_run;
@@ -81,9 +77,10 @@ void qim__gw_get(gw_req *r) {
     start_get(r, true, conv, "me", q);
     return;
   }
-  if (qim__gw_group_conv(r->msg.topic, &conv) != 0) {
+  if (qim__gw_topic_conv(s, r->msg.topic, &conv) != 0) {
     qim__gw_ctrl(s, r, NULL, 404, "topic not found", NULL);
-  } else if (!qim__gw_session_attached(s, conv) && !(q->what & (QIM_PROTO_WHAT_DESC | QIM_PROTO_WHAT_SUB))) {
+  } else if (!qim__gw_session_attached(s, conv) &&
+             !(q->what & (QIM_PROTO_WHAT_DESC | QIM_PROTO_WHAT_SUB))) {
     qim__gw_ctrl(s, r, NULL, 403, "permission denied", NULL);
   } else {
     start_get(r, false, conv, r->msg.topic, q);
@@ -222,7 +219,7 @@ static void sub_run(gw_job *j) {
     return;
   }
   json_t *params = NULL;
-  if (fresh) params = json_pack("{so}", "acs", acs_json(b->want_out, b->given_out));
+  if (fresh) params = json_pack("{so}", "acs", qim__gw_acs_json(b->want_out, b->given_out));
   if (b->create) json_object_set_new(params, "tmpname", json_string(r->msg.topic));
   qim__gw_out_ctrl(&j->out, r->msg.id, b->topic, 200, "ok", params, now);
   if (wants_get(r)) qim__gw_get_group(g, &b->actor, b->conv, b->topic, r->msg.id, &r->msg.u.sub.get, &j->out);
@@ -281,10 +278,13 @@ void qim__gw_sub(gw_req *r) {
     sub_group(r, true);
   else if (strncmp(t, "grp", 3) == 0)
     sub_group(r, false);
+  else if (strncmp(t, "usr", 3) == 0)
+    qim__gw_sub_p2p(r); /* p2p.c */
   else {
-    /* P2P, channels, fnd, sys and slf are not offered by this server. */
+    /* Channels, fnd, sys and slf are not offered by this server; P2P topics are named by
+     * the peer's usr… id, never p2p…. */
     bool known = strcmp(t, "fnd") == 0 || strcmp(t, "sys") == 0 || strcmp(t, "slf") == 0 ||
-                 strncmp(t, "usr", 3) == 0 || strncmp(t, "nch", 3) == 0 || strncmp(t, "chn", 3) == 0 ||
+                 strncmp(t, "nch", 3) == 0 || strncmp(t, "chn", 3) == 0 ||
                  strncmp(t, "p2p", 3) == 0;
     qim__gw_ctrl(r->s, r, NULL, known ? 501 : 404, known ? "not implemented" : "topic not found", NULL);
     qim__gw_req_done(r);
@@ -331,11 +331,14 @@ void qim__gw_leave(gw_req *r) {
       qim__gw_session_me(s, false);
       qim__gw_ctrl(s, r, NULL, 200, "ok", NULL);
     }
-  } else if (qim__gw_group_conv(r->msg.topic, &conv) != 0 || !qim__gw_session_attached(s, conv)) {
+  } else if (qim__gw_topic_conv(s, r->msg.topic, &conv) != 0 ||
+             !qim__gw_session_attached(s, conv)) {
     if (unsub)
       qim__gw_ctrl(s, r, NULL, 409, "must attach first", NULL);
     else
       qim__gw_ctrl(s, r, NULL, 304, "not joined", NULL);
+  } else if (unsub && strncmp(r->msg.topic, "usr", 3) == 0) {
+    qim__gw_ctrl(s, r, NULL, 501, "not implemented", NULL); /* unsubscribing from a P2P topic */
   } else if (unsub) {
     leave_job *b = qim_calloc(1, sizeof *b);
     b->actor = qim__gw_actor(s);

@@ -146,18 +146,21 @@ static int conv_position_get(sq_conn *c, const qim_commit_intent *p, conv_positi
   return 0;
 }
 
-/* Moves the conversation's counters past the reserved position. */
-static int conv_position_take(sq_conn *c, const qim_commit_intent *in, qim_conversation_seq seq) {
+/* Moves the conversation's counters past the reserved position. Only a message is
+ * activity: a Control (receipt, deletion, membership notice) leaves touched_at and
+ * last_activity as they are, so reading a conversation does not reorder the session list. */
+static int conv_position_take(sq_conn *c, const qim_commit_intent *in, qim_conversation_seq seq, bool control) {
   sqlite3_stmt *st = sq_prep(c,
                              "UPDATE conversations SET latest_seq=?3, next_order=next_order+1,"
-                             " touched_at=max(touched_at, ?4),"
-                             " last_activity=CASE WHEN ?5 > last_activity THEN ?5"
+                             " touched_at=CASE WHEN ?6 THEN touched_at ELSE max(touched_at, ?4) END,"
+                             " last_activity=CASE WHEN NOT ?6 AND ?5 > last_activity THEN ?5"
                              " ELSE last_activity END WHERE tenant=?1 AND conv=?2");
   if (!st) return sq_last_error(c);
   sq_bind_conv(st, 1, in->key.tenant_id, in->coordinates.conversation_id);
   sq_bind_u64(st, 3, seq);
   sq_bind_u64(st, 4, in->record.created_at);
   sq_bind_id16(st, 5, in->coordinates.last_activity_id.b);
+  sq_bind_u64(st, 6, control);
   return sq_run(c, st);
 }
 
@@ -218,7 +221,7 @@ static int reserve_fresh(sq_conn *c, qim_store_intent_reserve_req *r, const uint
   }
   qim_conversation_seq seq = control ? pos.latest_seq : pos.latest_seq + 1;
   if (seq >= SEQ_LIMIT) return qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION);
-  if ((rc = conv_position_take(c, p, seq))) return rc;
+  if ((rc = conv_position_take(c, p, seq, control))) return rc;
   qim_commit_intent *in = &r->out.intent;
   qim_commit_intent_copy(in, p);
   in->state = QIM_COMMIT_STATE_RESERVED;

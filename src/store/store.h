@@ -285,8 +285,10 @@ typedef struct {
  * conversation and the MessageContent: a retry that minted a new message id or created_at
  * is the same message. After the body was wiped (history.set_state) the comparison is
  * skipped: nothing of the content is kept to compare with.
- * The stored record's coordinates are the intent's. The conversation's latest_seq,
- * touched_at (record.created_at) and last_activity_id (if larger) move with a FRESH reserve.
+ * The stored record's coordinates are the intent's. The conversation's latest_seq moves with
+ * a FRESH reserve; touched_at (record.created_at) and last_activity_id (if larger) move
+ * only with a FRESH reserve of a message that is not a Control (receipts, deletions and
+ * membership notices are not activity: they do not reorder a user's session list).
  * Errors: MESSAGE_STORE_INVALID_CLIENT_MESSAGE_ID (zero cmid), -ENOENT
  * (conversation absent or deleted), COMMIT_PERMISSION_DENIED (sender is not a current
  * member; not checked for Control messages, which speak for the system, e.g. about a
