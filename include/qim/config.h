@@ -89,6 +89,8 @@ typedef struct qim_config {
   qim_config_tenant_retention tenant_retentions[QIM_CONFIG_MAX_TENANT_RETENTIONS];
   uint32_t tenant_retention_count; /* TenantCustom ages; tenants not listed keep them */
   uint32_t member_limit;           /* members per group (MemberLimitExceeded above it) */
+  uint32_t membership_versions_kept; /* newest membership versions of a group kept readable
+                                        (older ones are pruned); 0 = keep every version */
 
   /* Clients, tenants and accounts. */
   qim_config_api_key api_keys[QIM_CONFIG_MAX_API_KEYS];

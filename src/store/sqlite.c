@@ -671,7 +671,7 @@ static const qim_store_vtable sqlite_vtable = {
                  submit_cred_get, submit_cred_update, submit_apikey_put, submit_apikey_get},
     .conversations = {submit_conv_create, submit_conv_get, submit_conv_update,
                       submit_members_change, submit_member_get, submit_members_at,
-                      submit_member_receipt, submit_subscriptions},
+                      submit_member_receipt, submit_subscriptions, submit_members_prune},
     .intents = {submit_intent_reserve, submit_intent_advance, submit_intent_load,
                 submit_intent_list, submit_intent_forget},
     .history = {submit_record_get, submit_record_query, submit_record_set_state, submit_dellog_add,

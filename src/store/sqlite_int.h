@@ -41,6 +41,7 @@
   X(MEMBERS_AT, members_at, qim_store_members_at_req)                   \
   X(MEMBER_RECEIPT, member_receipt, qim_store_member_receipt_req)       \
   X(SUBSCRIPTIONS, subscriptions, qim_store_subscriptions_req)          \
+  X(MEMBERS_PRUNE, members_prune, qim_store_members_prune_req)          \
   X(INTENT_RESERVE, intent_reserve, qim_store_intent_reserve_req)       \
   X(INTENT_ADVANCE, intent_advance, qim_store_intent_advance_req)       \
   X(INTENT_LOAD, intent_load, qim_store_intent_load_req)                \

@@ -337,6 +337,7 @@ FWD(history, dellog_add, qim_store_dellog_add_req)
 FWD(history, dellog_query, qim_store_dellog_query_req)
 FWD(history, expire, qim_store_record_expire_req)
 FWD(logs, consumer_get, qim_store_log_consumer_get_req)
+FWD(conversations, members_prune, qim_store_members_prune_req)
 FWD(logs, consumer_set, qim_store_log_consumer_set_req)
 FWD(logs, trim, qim_store_log_trim_req)
 FWD(logs, redact, qim_store_log_redact_req)
@@ -361,7 +362,7 @@ static const qim_store_vtable fault_vt = {
                  f_accounts_apikey_put, f_accounts_apikey_get},
     .conversations = {f_conv_create, f_conversations_get, f_conversations_update, f_members_change,
                       f_conversations_member_get, f_members_at, f_member_receipt,
-                      f_conversations_subscriptions},
+                      f_conversations_subscriptions, f_conversations_members_prune},
     .intents = {f_reserve, f_advance, f_intents_load, f_intents_list_in_flight, f_intents_forget},
     .history = {f_history_get, f_query, f_history_set_state, f_history_dellog_add,
                 f_history_dellog_query, f_history_expire},
