@@ -47,21 +47,18 @@ static int find_key(sq_conn *c, int64_t stream, const uint8_t key[16], uint64_t 
   return rc;
 }
 
-/* Allocates the next dense offset of the stream: a read, then an upsert of the counter.
- * Not one UPSERT ... RETURNING: RETURNING materializes its rows in a temporary table,
- * which made it the costliest statement of an outbox append (callgrind). */
+/* Allocates the next dense offset of the stream. */
 static int next_offset(sq_conn *c, int64_t stream, uint64_t *offset) {
-  uint64_t next, trim;
-  int rc = stream_state(c, stream, &next, &trim);
-  if (rc) return rc;
   sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO log_streams(stream, next_offset, trim) VALUES(?1, ?2, 0)"
-                             " ON CONFLICT(stream) DO UPDATE SET next_offset = ?2");
+                             "INSERT INTO log_streams(stream, next_offset, trim) VALUES(?, 2, 0)"
+                             " ON CONFLICT(stream) DO UPDATE SET next_offset = next_offset + 1"
+                             " RETURNING next_offset - 1");
   if (!st) return sq_last_error(c);
   sqlite3_bind_int64(st, 1, stream);
-  sq_bind_u64(st, 2, next + 1);
-  if ((rc = sq_run(c, st))) return rc;
-  *offset = next;
+  int rc = sq_step(c, st);
+  if (rc < 0) return rc;
+  if (rc == 0) return -EIO;
+  *offset = sq_col_u64(st, 0);
   return 0;
 }
 
