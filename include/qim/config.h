@@ -92,6 +92,8 @@ typedef struct qim_config {
   uint32_t mailbox_retain_count;   /* dispatch-log records a mailbox lane keeps behind its
                                       watermark; older entries are trimmed (CursorExpired) */
   uint64_t mailbox_retention_interval_ms; /* how often each lane trims */
+  uint32_t membership_versions_kept; /* newest membership versions of a group kept readable
+                                        (older ones are pruned); 0 = keep every version */
 
   /* Clients, tenants and accounts. */
   qim_config_api_key api_keys[QIM_CONFIG_MAX_API_KEYS];

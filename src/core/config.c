@@ -74,6 +74,9 @@ static const setting settings[] = {
      "them expire"},
     {"mailbox_retention_interval", V_MS, F(mailbox_retention_interval_ms), 1000, 7 * DAY, "60s",
      "DURATION", "how often each mailbox lane trims"},
+    {"membership_versions_kept", V_U32, F(membership_versions_kept), 0, 1000000000, "1000", "N",
+     "newest membership versions of each group kept readable; older ones are pruned unless a "
+     "message not yet fanned out names them; 0 keeps every version"},
     {"api_key", V_API_KEY, 0, 0, 0, QIM_CONFIG_DEMO_API_KEY ":1", "KEY[:TENANT]",
      "API key clients send (?apikey=) and the tenant it selects (default tenant 1); "
      "repeatable, or comma-separated"},

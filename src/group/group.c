@@ -17,7 +17,9 @@
 
 void qim_group_config_default(qim_group_config *cfg) {
   *cfg = (qim_group_config){.member_limit = 10000, .page_default = 100, .page_max = 1000,
-                            .control_changes = 500, .control_attempts = 3};
+                            .control_changes = 500, .control_attempts = 3,
+                            .snapshot_keep_versions = 1000, .snapshot_prune_batch = 1000,
+                            .snapshot_prune_interval_ms = 60000};
 }
 
 int qim_group_open(qim_store *store, qim_commit *commit, const qim_clock *clock, const qim_group_config *cfg,
@@ -28,13 +30,23 @@ int qim_group_open(qim_store *store, qim_commit *commit, const qim_clock *clock,
   if (!store || !commit || !clock || !c.member_limit || !c.page_max || !c.control_changes) return -EINVAL;
   if (!c.page_default || c.page_default > c.page_max) c.page_default = c.page_max < 100 ? c.page_max : 100;
   if (!c.control_attempts) c.control_attempts = 1;
+  if (!c.snapshot_prune_batch) c.snapshot_prune_batch = 1000;
+  if (!c.snapshot_prune_interval_ms) c.snapshot_prune_interval_ms = 60000;
   qim_groups *g = qim_calloc(1, sizeof *g);
-  *g = (qim_groups){store, commit, clock, c};
+  g->store = store;
+  g->commit = commit;
+  g->clock = clock;
+  g->cfg = c;
+  qim_periodic_init(&g->pruner);
   *out = g;
   return 0;
 }
 
-void qim_group_close(qim_groups *g) { qim_free(g); }
+void qim_group_close(qim_groups *g) {
+  if (!g) return;
+  qim_periodic_destroy(&g->pruner);
+  qim_free(g);
+}
 
 /* ---- store access ------------------------------------------------------------------------ */
 

@@ -50,6 +50,12 @@ typedef struct qim_group_config {
   uint32_t page_max;            /* larger requests are clamped to this (1,000) */
   uint32_t control_changes;     /* changes per Control message; bigger changes are split (500) */
   uint32_t control_attempts;    /* tries of a Control commit that failed transiently (3) */
+  /* Snapshot retention (docs/groups.md): the newest versions of each group kept readable
+   * (1000; 0 = keep every version), conversations per store call of a pass (1000), and
+   * the pruner task's period (60 s). */
+  uint32_t snapshot_keep_versions;
+  uint32_t snapshot_prune_batch;
+  uint32_t snapshot_prune_interval_ms;
   /* InternalPrincipal service names allowed to make AdminMembershipChanges; none = any
    * principal with a non-empty service_name and subject. Borrowed. */
   const char *const *internal_services;
@@ -135,10 +141,31 @@ int qim_group_admin_change(qim_groups *g, const qim_internal_principal *principa
  * pages of one listing are consistent under concurrent changes: no member twice, none
  * skipped. The actor must be a current member holding R (PermissionDenied). A cursor
  * of another group or malformed: -EINVAL. A cursor naming a version above the current
- * one or pruned by retention: FANOUT_MEMBERSHIP_SNAPSHOT_UNAVAILABLE from the store (no
- * retention prunes today, docs/groups.md). limit 0 = page_default,
+ * one or pruned by retention: FANOUT_MEMBERSHIP_SNAPSHOT_UNAVAILABLE from the store
+ * (docs/groups.md "Snapshot retention"). limit 0 = page_default,
  * above page_max = page_max. out owns its arrays (qim_member_page_free).
  */
 int qim_group_member_page(qim_groups *g, const qim_member_page_request *req, qim_member_page *out);
+
+/* What one snapshot-retention pass did. */
+typedef struct qim_group_prune_result {
+  uint64_t conversations; /* conversations whose membership floor rose */
+  uint64_t held;          /* held below the count rule by a message not yet fanned out */
+  uint64_t rows;          /* versioned member rows deleted */
+  bool deferred;          /* the fanout backlog was too long to scan: nothing pruned */
+} qim_group_prune_result;
+
+/*
+ * One snapshot-retention pass over every conversation of the store
+ * (conversations.members_prune, snapshot_prune_batch at a time): versions older than the
+ * newest snapshot_keep_versions become MembershipSnapshotUnavailable, except those a
+ * message not yet fanned out names. snapshot_keep_versions 0: does nothing. out may be
+ * NULL. GROUP_UNAVAILABLE / QIM_AGAIN from the store.
+ */
+int qim_group_prune_snapshots(qim_groups *g, qim_group_prune_result *out);
+/* Runs qim_group_prune_snapshots every snapshot_prune_interval_ms on a thread of its own
+ * until qim_group_pruner_stop or close. -EALREADY when running. */
+int qim_group_pruner_start(qim_groups *g);
+void qim_group_pruner_stop(qim_groups *g); /* NULL ok */
 
 #endif

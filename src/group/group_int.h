@@ -4,6 +4,7 @@
 #ifndef QIM_GROUP_INT_H
 #define QIM_GROUP_INT_H
 
+#include "core/periodic.h"
 #include "group/group.h"
 
 struct qim_groups {
@@ -11,6 +12,7 @@ struct qim_groups {
   qim_commit *commit;
   const qim_clock *clock;
   qim_group_config cfg;
+  qim_periodic pruner; /* the snapshot pruner task (group_prune.c) */
 };
 
 /* One member's part of a change, as the Control JSON states it. */

@@ -85,17 +85,14 @@ int qim_history_open(qim_store *store, qim_commit *commit, const qim_clock *cloc
   h->cfg.tenants = h->tenants;
   h->cfg.tenant_ages = h->ages;
   pthread_mutex_init(&h->sweep_mu, NULL);
-  pthread_mutex_init(&h->task_mu, NULL);
-  pthread_cond_init(&h->task_cv, NULL);
+  qim_periodic_init(&h->task);
   *out = h;
   return 0;
 }
 
 void qim_history_close(qim_history *h) {
   if (!h) return;
-  qim_history_sweeper_stop(h);
-  pthread_cond_destroy(&h->task_cv);
-  pthread_mutex_destroy(&h->task_mu);
+  qim_periodic_destroy(&h->task);
   pthread_mutex_destroy(&h->sweep_mu);
   qim_free(h->marks);
   qim_free(h->tenants);

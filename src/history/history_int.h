@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/periodic.h"
 #include "history/history.h"
 
 /* The sweeper's memory per (tenant, class): records created before `before` were all
@@ -36,10 +37,7 @@ struct qim_history {
   pthread_mutex_t sweep_mu; /* one sweep at a time; guards marks */
   qim__sweep_mark *marks;
   size_t mark_count;
-  pthread_mutex_t task_mu; /* the sweeper task */
-  pthread_cond_t task_cv;
-  pthread_t task;
-  bool task_running, task_stop;
+  qim_periodic task; /* the sweeper task */
 };
 
 /* How a caller stands in one conversation. */

@@ -132,51 +132,16 @@ int qim_history_sweep(qim_history *h, qim_history_sweep_result *out) {
 
 /* ---- the periodic task -------------------------------------------------------------------- */
 
-static void *sweeper_main(void *arg) {
-  qim_history *h = arg;
-  pthread_mutex_lock(&h->task_mu);
-  while (!h->task_stop) {
-    pthread_mutex_unlock(&h->task_mu);
-    int rc = qim_history_sweep(h, NULL);
-    if (rc) QIM_LOGW(NULL, "history.sweep_failed", "err=%s", qim_err_name(rc));
-    pthread_mutex_lock(&h->task_mu);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += h->cfg.sweep_interval_ms / 1000;
-    until.tv_nsec += (long)(h->cfg.sweep_interval_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
-    while (!h->task_stop && pthread_cond_timedwait(&h->task_cv, &h->task_mu, &until) != ETIMEDOUT) {
-    }
-  }
-  pthread_mutex_unlock(&h->task_mu);
-  return NULL;
+static void sweep_task(void *arg) {
+  int rc = qim_history_sweep(arg, NULL);
+  if (rc) QIM_LOGW(NULL, "history.sweep_failed", "err=%s", qim_err_name(rc));
 }
 
 int qim_history_sweeper_start(qim_history *h) {
   if (!h || h->cfg.sweep_interval_ms == 0) return -EINVAL;
-  pthread_mutex_lock(&h->task_mu);
-  int rc = h->task_running ? -EALREADY : 0;
-  if (rc == 0) {
-    h->task_stop = false;
-    rc = -pthread_create(&h->task, NULL, sweeper_main, h);
-    h->task_running = rc == 0;
-  }
-  pthread_mutex_unlock(&h->task_mu);
-  return rc;
+  return qim_periodic_start(&h->task, sweep_task, h, h->cfg.sweep_interval_ms);
 }
 
 void qim_history_sweeper_stop(qim_history *h) {
-  if (!h) return;
-  pthread_mutex_lock(&h->task_mu);
-  bool running = h->task_running;
-  h->task_stop = true;
-  pthread_cond_broadcast(&h->task_cv);
-  pthread_mutex_unlock(&h->task_mu);
-  if (running) pthread_join(h->task, NULL);
-  pthread_mutex_lock(&h->task_mu);
-  h->task_running = false;
-  pthread_mutex_unlock(&h->task_mu);
+  if (h) qim_periodic_stop(&h->task);
 }

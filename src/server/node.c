@@ -136,7 +136,10 @@ int qim_node_open(qim_node *n, const qim_config *cfg, const qim_node_options *op
   qim_group_config gc;
   qim_group_config_default(&gc);
   gc.member_limit = cfg->member_limit;
-  if ((rc = qim_group_open(n->store, n->commit, qim_clock_system(), &gc, &n->groups))) return fail(n, "groups", rc);
+  gc.snapshot_keep_versions = cfg->membership_versions_kept;
+  if ((rc = qim_group_open(n->store, n->commit, qim_clock_system(), &gc, &n->groups)) ||
+      (rc = qim_group_pruner_start(n->groups)))
+    return fail(n, "groups", rc);
   if ((rc = open_history(n))) return fail(n, "history", rc);
   if ((rc = open_gateway(n, opt))) return fail(n, "gateway", rc);
   return 0;
@@ -148,6 +151,7 @@ void qim_node_close(qim_node *n) {
   qim_gateway_free(n->gateway); /* no new requests; replies in flight are dropped */
   n->gateway = NULL;
   if (n->history) qim_history_sweeper_stop(n->history);
+  qim_group_pruner_stop(n->groups);
   if (n->fanout) qim_fanout_stop(n->fanout);
   qim_history_close(n->history);
   n->history = NULL;

@@ -509,24 +509,27 @@ static void members_at_discard(qim_store_req *base) {
   r->out_has_more = false;
 }
 
-static int current_version(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, uint64_t *out) {
+/* The readable versions of a conversation: [floor, current] (floor 0 = nothing pruned). */
+static int version_bounds(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, uint64_t *floor,
+                          uint64_t *current) {
   sqlite3_stmt *st = sq_prep(c,
-                             "SELECT membership_version FROM conversations"
+                             "SELECT membership_floor, membership_version FROM conversations"
                              " WHERE tenant=? AND conv=?");
   if (!st) return sq_last_error(c);
   sq_bind_conv(st, 1, t, conv);
   int rc = sq_step_row(c, st);
   if (rc) return rc;
-  *out = sq_col_u64(st, 0);
+  *floor = sq_col_u64(st, 0);
+  *current = sq_col_u64(st, 1);
   return 0;
 }
 
 static int members_at_exec(sq_conn *c, qim_store_req *base) {
   qim_store_members_at_req *r = (void *)base;
-  uint64_t current = 0;
-  int rc = current_version(c, r->tenant_id, r->conversation_id, &current);
+  uint64_t floor = 0, current = 0;
+  int rc = version_bounds(c, r->tenant_id, r->conversation_id, &floor, &current);
   if (rc) return rc;
-  if (r->version == 0 || r->version > current)
+  if (r->version == 0 || r->version < floor || r->version > current)
     return qim_err_raise(QIM_E_FANOUT_MEMBERSHIP_SNAPSHOT_UNAVAILABLE);
   sqlite3_stmt *st = sq_prep(c,
                              "SELECT user, role, joined_at FROM member_versions"

@@ -42,6 +42,7 @@
   X(MEMBER_RECEIPT, member_receipt, qim_store_member_receipt_req)       \
   X(SUBSCRIPTIONS, subscriptions, qim_store_subscriptions_req)          \
   X(MEMBER_PRIVATE, member_private, qim_store_member_private_req)       \
+  X(MEMBERS_PRUNE, members_prune, qim_store_members_prune_req)          \
   X(INTENT_RESERVE, intent_reserve, qim_store_intent_reserve_req)       \
   X(INTENT_ADVANCE, intent_advance, qim_store_intent_advance_req)       \
   X(INTENT_LOAD, intent_load, qim_store_intent_load_req)                \

@@ -116,7 +116,12 @@ static const char schema_v1[] =
 static const char schema_v2[] =
     "ALTER TABLE conversations ADD COLUMN retention_floor INTEGER NOT NULL DEFAULT 0;";
 
-static const char *const migrations[] = {schema_v1, schema_v2};
+/* Version 3: the membership floor of each conversation (conversations.members_prune raises
+ * it; versions below it are pruned and members_at reports them unavailable; 0 = none). */
+static const char schema_v3[] =
+    "ALTER TABLE conversations ADD COLUMN membership_floor INTEGER NOT NULL DEFAULT 0;";
+
+static const char *const migrations[] = {schema_v1, schema_v2, schema_v3};
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
 static int exec_sql(sq_conn *c, const char *sql) {

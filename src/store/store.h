@@ -243,6 +243,40 @@ typedef struct {
   bool out_has_more;
 } qim_store_members_at_req;
 
+/*
+ * Membership snapshot retention (docs/groups.md "Snapshot retention"). Examines the
+ * conversations after (after_tenant, after_conversation) in key order (has_after=false:
+ * from the first), at most `limit`; for each, raises its membership floor to
+ *   min(membership_version - keep_versions + 1,
+ *       the lowest version any not-yet-fanned-out message names)
+ * and deletes the versioned member rows visible only below the floor. "Not yet fanned
+ * out": an intent not COMMITTED, or an outbox record at or after the lowest consumer
+ * offset of the outbox (every record when no consumer is registered). The floor never
+ * moves back; members_at of a version below it is FANOUT_MEMBERSHIP_SNAPSHOT_UNAVAILABLE,
+ * every version at or above it reads exactly as before. When more than
+ * QIM_STORE_PRUNE_SCAN_MAX outbox records are unfanned the call prunes nothing
+ * (out_deferred) rather than scan an unbounded backlog. Atomic where the backend can
+ * (correct by idempotence: a repeated call finds nothing more to prune).
+ * out_next_*: the last conversation examined (the next call's cursor); out_more: more
+ * conversations follow. -EINVAL: keep_versions or limit 0.
+ */
+#define QIM_STORE_PRUNE_SCAN_MAX 65536
+typedef struct {
+  qim_store_req req;
+  uint32_t keep_versions;
+  bool has_after;
+  qim_tenant_id after_tenant;
+  qim_conversation_id after_conversation;
+  uint32_t limit;
+  qim_tenant_id out_next_tenant;
+  qim_conversation_id out_next_conversation;
+  bool out_more;
+  bool out_deferred;
+  uint32_t out_raised;   /* conversations whose floor rose */
+  uint32_t out_held;     /* of those examined, floors held below the count rule by a pin */
+  uint64_t out_rows;     /* member rows deleted */
+} qim_store_members_prune_req;
+
 /* Forward-only receipts: values at or below the stored ones are ignored; read implies
  * recv; both are clamped to the conversation's latest_seq (nobody reads what does not exist
  * yet). out_* are the stored values afterwards. -ENOENT if not a current member. */
@@ -535,6 +569,7 @@ struct qim_store_vtable {
     int (*member_receipt)(qim_store *, qim_store_member_receipt_req *);
     int (*subscriptions)(qim_store *, qim_store_subscriptions_req *);
     int (*member_private)(qim_store *, qim_store_member_private_req *);
+    int (*members_prune)(qim_store *, qim_store_members_prune_req *);
   } conversations;
   struct {
     int (*reserve)(qim_store *, qim_store_intent_reserve_req *);

@@ -326,6 +326,7 @@ FWD(accounts, apikey_put, qim_store_apikey_put_req)
 FWD(accounts, apikey_get, qim_store_apikey_get_req)
 FWD(conversations, get, qim_store_conv_get_req)
 FWD(conversations, member_private, qim_store_member_private_req)
+FWD(conversations, members_prune, qim_store_members_prune_req)
 FWD(conversations, update, qim_store_conv_update_req)
 FWD(conversations, member_get, qim_store_member_get_req)
 FWD(conversations, subscriptions, qim_store_subscriptions_req)
@@ -362,7 +363,8 @@ static const qim_store_vtable fault_vt = {
                  f_accounts_apikey_put, f_accounts_apikey_get},
     .conversations = {f_conv_create, f_conversations_get, f_conversations_update, f_members_change,
                       f_conversations_member_get, f_members_at, f_member_receipt,
-                      f_conversations_subscriptions, f_conversations_member_private},
+                      f_conversations_subscriptions, f_conversations_member_private,
+                      f_conversations_members_prune},
     .intents = {f_reserve, f_advance, f_intents_load, f_intents_list_in_flight, f_intents_forget},
     .history = {f_history_get, f_query, f_history_set_state, f_history_dellog_add,
                 f_history_dellog_query, f_history_expire},

@@ -356,6 +356,31 @@ static int op_subscriptions(conf_ctx *c, json_t *in, int *st, json_t *out) {
   return 0;
 }
 
+static int op_members_prune(conf_ctx *c, json_t *in, int *st, json_t *out) {
+  qim_store_members_prune_req r = {0};
+  uint64_t keep, limit;
+  TRY(conf_get_u64(c, in, "keep_versions", &keep));
+  TRY(conf_get_u64(c, in, "limit", &limit));
+  if (present(c, in, "after_conversation")) {
+    r.has_after = true;
+    TRY(conf_get_u128(c, in, "after_tenant", &r.after_tenant.v));
+    TRY(conf_get_u128(c, in, "after_conversation", &r.after_conversation.v));
+  }
+  r.keep_versions = (uint32_t)keep;
+  r.limit = (uint32_t)limit;
+  *st = SYNC(c, conversations.members_prune, &r);
+  if (*st == 0) {
+    put(out, "next_tenant", conf_json_u128(r.out_next_tenant.v));
+    put(out, "next_conversation", conf_json_u128(r.out_next_conversation.v));
+    put(out, "more", json_boolean(r.out_more));
+    put(out, "deferred", json_boolean(r.out_deferred));
+    put(out, "raised", conf_json_u64(r.out_raised));
+    put(out, "held", conf_json_u64(r.out_held));
+    put(out, "rows", conf_json_u64(r.out_rows));
+  }
+  return 0;
+}
+
 /* ---- intents ----------------------------------------------------------------------------------- */
 
 static json_t *enc_reserve(const qim_reserve_result *res) {
@@ -884,6 +909,7 @@ static const struct {
     {"conversations.member_receipt", op_member_receipt},
     {"conversations.member_private", op_member_private},
     {"conversations.subscriptions", op_subscriptions},
+    {"conversations.members_prune", op_members_prune},
     {"intents.reserve", op_reserve},
     {"intents.advance", op_advance},
     {"intents.load", op_load},

@@ -145,6 +145,7 @@ HOOK_FWD(conversations, members_at, qim_store_members_at_req)
 HOOK_FWD(conversations, member_receipt, qim_store_member_receipt_req)
 HOOK_FWD(conversations, subscriptions, qim_store_subscriptions_req)
 HOOK_FWD(conversations, member_private, qim_store_member_private_req)
+HOOK_FWD(conversations, members_prune, qim_store_members_prune_req)
 HOOK_FWD(intents, reserve, qim_store_intent_reserve_req)
 HOOK_FWD(intents, advance, qim_store_intent_advance_req)
 HOOK_FWD(intents, load, qim_store_intent_load_req)
@@ -196,6 +197,7 @@ static FX_UNUSED hook_store *hook_store_new(qim_store *real) {
   HOOK_SET(conversations, members_change); HOOK_SET(conversations, member_get);
   HOOK_SET(conversations, members_at); HOOK_SET(conversations, member_receipt);
   HOOK_SET(conversations, subscriptions); HOOK_SET(conversations, member_private);
+  HOOK_SET(conversations, members_prune);
   HOOK_SET(intents, reserve); HOOK_SET(intents, advance); HOOK_SET(intents, load);
   HOOK_SET(intents, list_in_flight); HOOK_SET(intents, forget);
   HOOK_SET(history, get); HOOK_SET(history, query); HOOK_SET(history, set_state);

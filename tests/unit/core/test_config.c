@@ -68,6 +68,7 @@ static void test_defaults_match_documented_values(void **state) {
   assert_int_equal(c.member_limit, 10000);
   assert_int_equal(c.mailbox_retain_count, 1000000);
   assert_int_equal(c.mailbox_retention_interval_ms, 60000);
+  assert_int_equal(c.membership_versions_kept, 1000);
   assert_int_equal(c.api_key_count, 1);
   assert_string_equal(c.api_keys[0].key, QIM_CONFIG_DEMO_API_KEY);
   assert_int_equal(c.api_keys[0].tenant.v.hi, 0);

@@ -59,6 +59,7 @@ WRAP_FWD(conversations, member_get, qim_store_member_get_req)
 WRAP_FWD(conversations, member_receipt, qim_store_member_receipt_req)
 WRAP_FWD(conversations, subscriptions, qim_store_subscriptions_req)
 WRAP_FWD(conversations, member_private, qim_store_member_private_req)
+WRAP_FWD(conversations, members_prune, qim_store_members_prune_req)
 WRAP_FWD(intents, advance, qim_store_intent_advance_req)
 WRAP_FWD(intents, load, qim_store_intent_load_req)
 WRAP_FWD(intents, list_in_flight, qim_store_intent_list_req)
@@ -149,7 +150,8 @@ static inline wrap_store *wrap_store_new(qim_store *inner) {
       .conversations = {wrap_conversations_create, wrap_conversations_get, wrap_conversations_update,
                         wrap_conversations_members_change, wrap_conversations_member_get,
                         wrap_conversations_members_at, wrap_conversations_member_receipt,
-                        wrap_conversations_subscriptions, wrap_conversations_member_private},
+                        wrap_conversations_subscriptions, wrap_conversations_member_private,
+                        wrap_conversations_members_prune},
       .intents = {wrap_intents_reserve, wrap_intents_advance, wrap_intents_load, wrap_intents_list_in_flight,
                   wrap_intents_forget},
       .history = {wrap_history_get, wrap_history_query, wrap_history_set_state, wrap_history_dellog_add,
