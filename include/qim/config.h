@@ -105,6 +105,11 @@ typedef struct qim_config {
   uint32_t login_rate; /* per second */
   uint32_t login_burst;
 
+  /* Connection limits (docs/gateway-transport.md): the whole upgrade request must arrive
+   * within handshake_timeout (slowloris); live connections per peer IP, 0 = unlimited. */
+  uint64_t handshake_timeout_ms;
+  uint32_t max_conns_per_ip;
+
   /* Operations. */
   qim_log_level log_level;
   uint64_t clock_tolerance_ms; /* how far the wall clock may step back before ClockUnsafe */

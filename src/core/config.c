@@ -86,6 +86,11 @@ static const setting settings[] = {
      "login and account attempts per second from one remote address (sustained)"},
     {"login_burst", V_U32, F(login_burst), 1, 1000000, "100", "N",
      "most login and account attempts in a burst from one remote address"},
+    {"handshake_timeout", V_MS, F(handshake_timeout_ms), 100, 600000, "10s", "DURATION",
+     "time a client has to complete the WebSocket upgrade request (slowloris guard)"},
+    {"max_conns_per_ip", V_U32, F(max_conns_per_ip), 0, 10000000, "0", "N",
+     "live connections one remote address may hold; beyond it upgrades get HTTP 429 "
+     "(0 = unlimited)"},
     {"log_level", V_LEVEL, 0, 0, 0, "info", "LEVEL",
      "least severe log level: debug, info, warn, error"},
     {"clock_tolerance", V_MS, F(clock_tolerance_ms), 0, 60000, "1s", "DURATION",
