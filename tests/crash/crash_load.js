@@ -260,16 +260,18 @@ async function connectAll(clients, port, phase) {
 // then SIGKILL. Returns what was in flight.
 async function killCycle(o, q, clients, rand, k) {
   await connectAll(clients, q.port, `k${k}`);
-  const ackedBefore = clients.reduce((n, c) => n + c.acked, 0);
-  await sleep(50 + Math.floor(rand() * 600));
+  const acked = () => clients.reduce((n, c) => n + c.acked, 0);
+  const ackedBefore = acked();
+  // Some progress first (retries of the last cycle included), then a random moment.
+  await waitFor(() => acked() - ackedBefore >= o.window, 30000, 'progress after the restart');
+  await sleep(Math.floor(rand() * 600));
   await waitFor(() => inflight(clients) >= o.minInflight, 20000, `${o.minInflight} sends in flight`);
   const n = inflight(clients);
   q.proc.kill('SIGKILL'); // synchronous: the count above is what qimd had when it died
   const exit = await q.exited;
   assert.equal(exit.signal, 'SIGKILL', `qimd died before the kill (${JSON.stringify(exit)})`);
   await Promise.all(clients.map((c) => c.closed));
-  const acked = clients.reduce((n, c) => n + c.acked, 0) - ackedBefore;
-  console.log(`# kill ${k + 1}: ${n} sends in flight, ${acked} acknowledged in this cycle`);
+  console.log(`# kill ${k + 1}: ${n} sends in flight, ${acked() - ackedBefore} acknowledged in this cycle`);
   return n;
 }
 
@@ -331,11 +333,17 @@ async function main() {
     await q.start();
     const groups = await setup(o, clients, q.port);
     const counts = [];
+    // Each incarnation logs to its own file: the harness takes an `event=server.ready`
+    // line in qimd.stderr as a sign that this start got that far.
+    const restart = async (k) => {
+      fs.renameSync(q.stderrPath, `${q.stderrPath}.${k}`);
+      await q.start();
+    };
     for (let k = 0; k < o.kills; k++) {
-      if (k > 0) await q.start();
+      if (k > 0) await restart(k);
       counts.push(await killCycle(o, q, clients, rand, k));
     }
-    await q.start();
+    await restart(o.kills);
     await finalPhase(o, q, clients, groups);
     const exit = await q.stop();
     assert.equal(exit.code, 0, `qimd's clean stop: ${JSON.stringify(exit)}`);
