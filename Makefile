@@ -17,12 +17,13 @@
 #                (bench/history.c; BENCH_DIR on a real disk; HISTORY_BENCH_ARGS e.g. "--strict")
 # Suites alone: `ctest --test-dir build -L unit|conformance|e2e|crash|fuzz|contract`.
 #   make fuzz-long   every libFuzzer target for FUZZ_SECONDS (600) each, in ./build-san (tests/fuzz/long.sh)
+#   make crash-long  CRASH_KILLS (20) SIGKILLs of qimd under load, then the store check (tests/crash/)
 JOBS ?= $(shell nproc)
 # Sub-makes run by cmake --build need not announce every directory.
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san fuzz-long clean bench bench-store bench-commit bench-fanout bench-history bench-peers
+.PHONY: deps build san run test test-gcc test-san fuzz-long crash-long clean bench bench-store bench-commit bench-fanout bench-history bench-peers
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
 BENCH_MESSAGES ?= 200
@@ -61,6 +62,13 @@ bench: build
 FUZZ_SECONDS ?= 600
 fuzz-long: san
 	FUZZ_SECONDS=$(FUZZ_SECONDS) ./tests/fuzz/long.sh
+
+# Crash consistency under load, long form: the ctest crash_load_sigkill_5 with more kills.
+CRASH_KILLS ?= 20
+crash-long: build
+	@test -d tests/e2e/node_modules || node tests/e2e/lib/npm_ci.js
+	node tests/crash/crash_load.js --qimd ./build/src/qimd \
+	  --checker ./build/tests/crash/qim-crash-check --kills $(CRASH_KILLS) $(CRASH_ARGS)
 
 bench-store: build
 	./build/bench/qim-bench-store $(BENCH_DIR) $(BENCH_SECONDS)

@@ -118,6 +118,10 @@ typedef struct qim_config {
   uint32_t presence_fanout_max;  /* deliveries of one change or notice per I/O loop */
   uint64_t typing_interval_ms;   /* shortest gap between relayed kp per session and topic */
 
+  /* The whole upgrade request must arrive within handshake_timeout (slowloris guard;
+   * docs/gateway-transport.md); connections per IP are conns_per_ip above. */
+  uint64_t handshake_timeout_ms;
+
   /* Operations. */
   qim_log_level log_level;
   uint64_t clock_tolerance_ms; /* how far the wall clock may step back before ClockUnsafe */

@@ -109,6 +109,8 @@ static const setting settings[] = {
      "changes beyond it wait for the next interval, the rest is dropped and counted"},
     {"typing_interval", V_MS, F(typing_interval_ms), 0, 60000, "1s", "DURATION",
      "shortest time between two typing notices (kp) one session relays to one topic"},
+    {"handshake_timeout", V_MS, F(handshake_timeout_ms), 100, 600000, "10s", "DURATION",
+     "time a client has to complete the WebSocket upgrade request (slowloris guard)"},
     {"log_level", V_LEVEL, 0, 0, 0, "info", "LEVEL",
      "least severe log level: debug, info, warn, error"},
     {"clock_tolerance", V_MS, F(clock_tolerance_ms), 0, 60000, "1s", "DURATION",

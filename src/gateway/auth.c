@@ -40,12 +40,17 @@ static uint64_t get_be64(const uint8_t *p) {
   return v;
 }
 
-static void token_mac(const qim_gateway *g, const uint8_t *signed_part, uint8_t mac[32]) {
+static void token_mac(const uint8_t key[GW_TOKEN_KEY], const uint8_t *signed_part,
+                      uint8_t mac[32]) {
   crypto_auth_hmacsha256_state st;
-  crypto_auth_hmacsha256_init(&st, g->d.token_key, sizeof g->d.token_key);
+  crypto_auth_hmacsha256_init(&st, key, GW_TOKEN_KEY);
   crypto_auth_hmacsha256_update(&st, (const uint8_t *)TOKEN_DOMAIN, sizeof TOKEN_DOMAIN);
   crypto_auth_hmacsha256_update(&st, signed_part, TOKEN_SIGNED);
   crypto_auth_hmacsha256_final(&st, mac);
+}
+
+void qim__gw_token_seal(const uint8_t key[GW_TOKEN_KEY], uint8_t raw[GW_TOKEN_RAW]) {
+  token_mac(key, raw, raw + TOKEN_SIGNED);
 }
 
 int qim__gw_token_make(const qim_gateway *g, qim_tenant_id t, qim_user_id u, uint64_t epoch,
@@ -56,23 +61,30 @@ int qim__gw_token_make(const qim_gateway *g, qim_tenant_id t, qim_user_id u, uin
   qim_u128_to_be(u.v, raw + 17);
   put_be64(raw + 33, epoch);
   put_be64(raw + 41, expires_ms);
-  token_mac(g, raw, raw + TOKEN_SIGNED);
+  qim__gw_token_seal(g->d.token_key, raw);
   return qim_b64std_encode(raw, sizeof raw, out, cap);
 }
 
-int qim__gw_token_check(const qim_gateway *g, const uint8_t *raw, size_t len, qim_tenant_id tenant,
-                        qim_user_id *user, uint64_t *epoch, uint64_t *expires_ms) {
+int qim__gw_token_open(const uint8_t key[GW_TOKEN_KEY], uint64_t now_ms, const uint8_t *raw,
+                       size_t len, qim_tenant_id tenant, qim_user_id *user, uint64_t *epoch,
+                       uint64_t *expires_ms) {
   uint8_t mac[32];
   if (len != GW_TOKEN_RAW || raw[0] != 1) return -EACCES;
-  token_mac(g, raw, mac);
+  token_mac(key, raw, mac);
   if (crypto_verify_32(mac, raw + TOKEN_SIGNED) != 0) return -EACCES;
   if (!qim_u128_eq(qim_u128_from_be(raw + 1), tenant.v)) return -EACCES;
   uint64_t exp = get_be64(raw + 41);
-  if (exp <= qim__gw_now(g)) return -EACCES;
+  if (exp <= now_ms) return -EACCES;
   user->v = qim_u128_from_be(raw + 17);
   *epoch = get_be64(raw + 33);
   *expires_ms = exp;
   return 0;
+}
+
+int qim__gw_token_check(const qim_gateway *g, const uint8_t *raw, size_t len, qim_tenant_id tenant,
+                        qim_user_id *user, uint64_t *epoch, uint64_t *expires_ms) {
+  return qim__gw_token_open(g->d.token_key, qim__gw_now(g), raw, len, tenant, user, epoch,
+                            expires_ms);
 }
 
 /* ---- {hi} --------------------------------------------------------------------------------------- */

@@ -123,6 +123,7 @@ static void net_config(const qim_gateway *g, qim_net_config *nc) {
   nc->threads = c->io_threads;
   nc->idle_timeout = g->o.idle_timeout_ms;
   nc->ping_interval = g->o.ping_interval_ms;
+  nc->handshake_timeout = (uint32_t)c->handshake_timeout_ms;
   nc->max_conns_per_ip = c->conns_per_ip;
   /* Room for the envelope and JSON escaping above max_message_size: an oversized {pub}
    * gets {ctrl 413}; only a frame beyond this closes with 1009 (DESIGN.md §6). */

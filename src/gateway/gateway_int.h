@@ -299,6 +299,13 @@ int qim__gw_token_make(const qim_gateway *g, qim_tenant_id t, qim_user_id u, uin
  * tenant, malformed). */
 int qim__gw_token_check(const qim_gateway *g, const uint8_t *raw, size_t len, qim_tenant_id tenant,
                         qim_user_id *user, uint64_t *epoch, uint64_t *expires_ms);
+/* The same without a gateway (tests/fuzz/fuzz_token.c): seal writes the MAC of raw's first
+ * 49 bytes into its last 32; open checks raw against `key` at `now_ms`. */
+#define GW_TOKEN_KEY 32
+void qim__gw_token_seal(const uint8_t key[GW_TOKEN_KEY], uint8_t raw[GW_TOKEN_RAW]);
+int qim__gw_token_open(const uint8_t key[GW_TOKEN_KEY], uint64_t now_ms, const uint8_t *raw,
+                       size_t len, qim_tenant_id tenant, qim_user_id *user, uint64_t *epoch,
+                       uint64_t *expires_ms);
 
 void qim__gw_dummy_hash(qim_gateway *g);
 

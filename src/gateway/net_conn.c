@@ -33,6 +33,8 @@ typedef struct conn_write {
 } conn_write;
 
 static const char apikey_body[] = "{\"ctrl\":{\"code\":403,\"text\":\"valid API key required\"}}";
+static const char iplimit_body[] =
+    "{\"ctrl\":{\"code\":429,\"text\":\"too many connections from this address\"}}";
 
 static uint64_t now_ms(const net_loop *l) {
   return uv_now(&l->uv);
@@ -337,6 +339,10 @@ static void reject(qim_conn *c, int status) {
   STAT_ADD(c->loop, http_rejected, 1);
   if (status == 403) {
     http_answer(c, 403, "application/json", NULL, apikey_body, sizeof apikey_body - 1);
+    return;
+  }
+  if (status == 429) { /* only the per-IP limit refuses an upgrade with 429: say so */
+    http_answer(c, 429, "application/json", NULL, iplimit_body, sizeof iplimit_body - 1);
     return;
   }
   const char *extra = status == 426   ? "Sec-WebSocket-Version: 13\r\n"
