@@ -141,7 +141,7 @@ qim__commit_conv *qim__conv_get(qim_commit *c, qim_tenant_id t, qim_conversation
 }
 
 void qim__conv_maybe_free(qim_commit *c, qim__commit_conv *cv) {
-  if (cv->entries > 0 || cv->draining) return;
+  if (cv->entries > 0 || cv->draining || cv->gate_head || cv->gate_busy) return;
   qim__commit_conv **pp = &c->convs[cv->hash & (c->conv_slots - 1)];
   while (*pp != cv) pp = &(*pp)->hnext;
   *pp = cv->hnext;

@@ -335,6 +335,7 @@ static void advance_done(qim_store_req *r) {
     e->outboxing = false;
     cv->outboxing--;
   }
+  bool outboxed = r->status == 0 && q->to == QIM_COMMIT_STATE_OUTBOXED;
   if (r->status == 0)
     advance_ok(c, e, q);
   else
@@ -342,6 +343,8 @@ static void advance_done(qim_store_req *r) {
   qim__conv_kick(c, cv);
   qim__conv_maybe_free(c, cv);
   pthread_mutex_unlock(&c->mu);
+  /* The outbox record is durable: wake its consumer now, not at its next poll. */
+  if (outboxed && c->cfg.on_outboxed) c->cfg.on_outboxed(c->cfg.hook_ctx);
 }
 
 /* envelope.record == envelope.intent.record (seed 004 §2), and it is the record this

@@ -87,7 +87,10 @@ struct qim__commit_entry {
 };
 
 /* The in-memory ordering structure of one conversation (tenant, conversation). Exists
- * while it has entries or a drain runs. */
+ * while it has entries, a drain runs or sends wait in its gate. The gate keeps the sends
+ * of the conversation in arrival order while their checks read the store (reads may
+ * complete in any order): a send reserves only after every send that arrived before it
+ * has reserved or failed, so seqs follow the order in which sends reached the commit. */
 struct qim__commit_conv {
   qim_tenant_id tenant_id;
   qim_conversation_id id;
@@ -104,6 +107,8 @@ struct qim__commit_conv {
   size_t drain_n, drain_pos;
   qim__commit_worker *worker;
   qim_store_intent_list_req list;
+  qim__commit_send *gate_head, *gate_tail;  /* sends in their checks, in arrival order */
+  bool gate_busy;                           /* the gate is releasing sends: keep the struct */
 };
 
 enum { QIM__SEND_CLIENT = 0, QIM__SEND_CONTROL = 1 };
@@ -131,6 +136,10 @@ struct qim__commit_send {
   qim_store_member member;                   /* owned, the sender's row */
   qim_commit_intent proposal;                /* content borrowed, audience owned */
   qim__commit_entry *entry;                  /* the placeholder this send reserves through */
+  qim__commit_conv *gate;                    /* the conversation whose gate holds it, or NULL */
+  qim__commit_send *gnext;                   /* gate chain */
+  bool gate_passed;                          /* its checks are done, with gate_status */
+  int gate_status;
   qim__commit_send *wnext;                   /* entry->waiters chain */
   qim_reserve_result_kind outcome;
   union {

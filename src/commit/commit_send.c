@@ -5,9 +5,12 @@
  * three answers (Fresh / Existing / Committed) mean for the caller.
  *
  * Cheap checks answer synchronously; those that read the store run as a chain of
- * store calls completing on the caller's queue. A retry of a key this process is
- * already driving never reaches the store: it waits on the live entry (after the
- * content comparison that makes a reused cmid a 409).
+ * store calls completing on the caller's queue. Those reads may complete in any order
+ * (the store has several reader threads), so a send waits in its conversation's gate
+ * until every send that reached the commit before it has reserved or failed: seqs follow
+ * the order of arrival, and a client pipelining pubs sees them delivered in that order.
+ * A retry of a key this process is already driving never reaches the store: it waits on
+ * the live entry (after the content comparison that makes a reused cmid a 409).
  */
 #include <errno.h>
 #include <string.h>
@@ -22,7 +25,7 @@
 /* Seqs stay below this: the Tinode SDK uses larger values for local messages. */
 #define SEQ_LIMIT UINT64_C(0x0FFFFFFF)
 
-static void send_reserve(qim__commit_send *x);
+static void checks_done(qim__commit_send *x, int status);
 
 static size_t content_size(const qim_message_content *m) {
   size_t n = m->payload_or_ciphertext.n;
@@ -140,17 +143,17 @@ static void reply_checked(qim_store_req *r) {
   int st = r->status;
   for (size_t i = 0; i < q->out_count; i++) qim_message_record_free(&q->out_records[i]);
   qim_free(q->out_records);
-  if (st < 0) return send_fail(x, map_store_error(st));
-  if (!found) return send_fail(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
-  send_reserve(x);
+  if (st < 0) return checks_done(x, map_store_error(st));
+  if (!found) return checks_done(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
+  checks_done(x, 0);
 }
 
 /* reply_to must name a record the sender can see: inside its membership window, not
  * in its own soft-delete log (the store applies both). */
 static void check_reply(qim__commit_send *x) {
-  if (!x->has_reply) return send_reserve(x);
+  if (!x->has_reply) return checks_done(x, 0);
   if (x->reply_seq == 0 || x->reply_seq >= SEQ_LIMIT)
-    return send_fail(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
+    return checks_done(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
   qim_store_record_query_req *q = &x->rq.query;
   memset(q, 0, sizeof *q);
   prep(x, reply_checked);
@@ -167,7 +170,7 @@ static void check_reply(qim__commit_send *x) {
   q->max_items = 1;
   q->max_bytes = 1;
   int rc = x->c->store->vt->history.query(x->c->store, q);
-  if (rc < 0) send_fail(x, map_store_error(rc));
+  if (rc < 0) checks_done(x, map_store_error(rc));
 }
 
 static void check_mentions(qim__commit_send *x);
@@ -178,8 +181,8 @@ static void mention_checked(qim_store_req *r) {
   bool member = r->status == 0 && !m->has_left_at;
   int st = r->status;
   if (st == 0) qim_store_member_free(m);
-  if (st < 0 && st != -ENOENT) return send_fail(x, map_store_error(st));
-  if (!member) return send_fail(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
+  if (st < 0 && st != -ENOENT) return checks_done(x, map_store_error(st));
+  if (!member) return checks_done(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
   x->mention_i++;
   check_mentions(x);
 }
@@ -193,7 +196,8 @@ static void check_mentions(qim__commit_send *x) {
   for (; x->mention_i < x->mention_count; x->mention_i++) {
     qim_user_id u = x->mentions[x->mention_i];
     if (x->conv.kind == QIM_CONVERSATION_DIRECT) {
-      if (!is_direct_user(&x->conv, u)) return send_fail(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
+      if (!is_direct_user(&x->conv, u))
+        return checks_done(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
       continue;
     }
     if (qim_u128_eq(u.v, x->actor.user_id.v)) continue;
@@ -204,7 +208,7 @@ static void check_mentions(qim__commit_send *x) {
     g->conversation_id = x->conv_id;
     g->user_id = u;
     int rc = x->c->store->vt->conversations.member_get(x->c->store, g);
-    if (rc < 0) send_fail(x, map_store_error(rc));
+    if (rc < 0) checks_done(x, map_store_error(rc));
     return;
   }
   check_reply(x);
@@ -212,20 +216,20 @@ static void check_mentions(qim__commit_send *x) {
 
 static void member_checked(qim_store_req *r) {
   qim__commit_send *x = r->data;
-  if (r->status < 0) return send_fail(x, map_store_error(r->status));
+  if (r->status < 0) return checks_done(x, map_store_error(r->status));
   x->member = x->rq.member_get.out;
   const qim_store_member *m = &x->member;
   if (m->has_left_at || m->banned || !(m->mode_want & m->mode_given & QIM_MODE_W))
-    return send_fail(x, qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED));
+    return checks_done(x, qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED));
   check_mentions(x);
 }
 
 static void conv_checked(qim_store_req *r) {
   qim__commit_send *x = r->data;
-  if (r->status < 0) return send_fail(x, map_store_error(r->status));
+  if (r->status < 0) return checks_done(x, map_store_error(r->status));
   x->conv = x->rq.conv_get.out;
-  if (x->conv.deleted) return send_fail(x, qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED));
-  if (x->kind == QIM__SEND_CONTROL) return send_reserve(x);
+  if (x->conv.deleted) return checks_done(x, qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED));
+  if (x->kind == QIM__SEND_CONTROL) return checks_done(x, 0);
   qim_store_member_get_req *g = &x->rq.member_get;
   memset(g, 0, sizeof *g);
   prep(x, member_checked);
@@ -233,7 +237,7 @@ static void conv_checked(qim_store_req *r) {
   g->conversation_id = x->conv_id;
   g->user_id = x->actor.user_id;
   int rc = x->c->store->vt->conversations.member_get(x->c->store, g);
-  if (rc < 0) send_fail(x, map_store_error(rc));
+  if (rc < 0) checks_done(x, map_store_error(rc));
 }
 
 /* ---- the proposal and reserve ------------------------------------------------------- */
@@ -295,18 +299,14 @@ static qim__commit_entry *placeholder_new(qim__commit_send *x) {
   return e;
 }
 
+/* c->mu held. Reserves the send (or attaches it to a live entry of its key). */
 static void send_reserve(qim__commit_send *x) {
   qim_commit *c = x->c;
   build_proposal(x);
-  pthread_mutex_lock(&c->mu);
-  if (c->closing) {
-    pthread_mutex_unlock(&c->mu);
-    return send_fail(x, qim_err_raise(QIM_E_COMMIT_UNAVAILABLE));
-  }
+  if (c->closing) return send_fail(x, qim_err_raise(QIM_E_COMMIT_UNAVAILABLE));
   qim__commit_entry *e = qim__entry_find(c, &x->proposal.key);
   if (e) {
     int rc = attach(x, e);
-    pthread_mutex_unlock(&c->mu);
     if (rc < 0) send_fail(x, rc);
     return;
   }
@@ -325,9 +325,64 @@ static void send_reserve(qim__commit_send *x) {
     qim__entry_free(c, e);
     qim__conv_kick(c, cv);
     qim__conv_maybe_free(c, cv);
+    send_fail(x, rc);
   }
+}
+
+/* ---- the gate: reserves in arrival order ------------------------------------------------ */
+
+/* c->mu held. The send joins its conversation's gate (commit_int.h). */
+static void gate_enter(qim_commit *c, qim__commit_send *x) {
+  qim__commit_conv *cv = qim__conv_get(c, x->actor.tenant_id, x->conv_id);
+  x->gate = cv;
+  x->gnext = NULL;
+  if (cv->gate_tail)
+    cv->gate_tail->gnext = x;
+  else
+    cv->gate_head = x;
+  cv->gate_tail = x;
+}
+
+/* c->mu held. Reserves, or fails, the sends at the head of the gate whose checks are done. */
+static void gate_release(qim_commit *c, qim__commit_conv *cv) {
+  cv->gate_busy = true; /* a failed reserve below must not free cv under us */
+  qim__commit_send *x;
+  while ((x = cv->gate_head) && x->gate_passed) {
+    cv->gate_head = x->gnext;
+    if (!cv->gate_head) cv->gate_tail = NULL;
+    x->gate = NULL;
+    if (x->gate_status)
+      send_fail(x, x->gate_status);
+    else
+      send_reserve(x);
+  }
+  cv->gate_busy = false;
+  qim__conv_maybe_free(c, cv);
+}
+
+/* c->mu held. Takes a send refused synchronously out of the gate (it never completes). */
+static void gate_leave(qim_commit *c, qim__commit_send *x) {
+  qim__commit_conv *cv = x->gate;
+  qim__commit_send *prev = NULL;
+  for (qim__commit_send *p = cv->gate_head; p != x; p = p->gnext) prev = p;
+  if (prev)
+    prev->gnext = x->gnext;
+  else
+    cv->gate_head = x->gnext;
+  if (cv->gate_tail == x) cv->gate_tail = prev;
+  x->gate = NULL;
+  gate_release(c, cv);
+}
+
+/* The checks of the send are done: status 0 reserves it, an error fails it — once every
+ * send of the conversation that arrived before it has reserved or failed. */
+static void checks_done(qim__commit_send *x, int status) {
+  qim_commit *c = x->c;
+  pthread_mutex_lock(&c->mu);
+  x->gate_passed = true;
+  x->gate_status = status;
+  gate_release(c, x->gate);
   pthread_mutex_unlock(&c->mu);
-  if (rc < 0) send_fail(x, rc);
 }
 
 /* c->mu held. The owner's reserve failed: unless a drain found the intent meanwhile
@@ -452,7 +507,10 @@ static int send_begin(qim__commit_send *x) {
   pthread_mutex_lock(&c->mu);
   int rc = c->closing ? -ESHUTDOWN : 0;
   qim__commit_entry *e = rc == 0 ? qim__entry_find(c, &(qim_commit_key){x->actor.tenant_id, x->actor.user_id, x->cmid}) : NULL;
-  if (e) rc = attach(x, e);
+  if (e)
+    rc = attach(x, e);
+  else if (rc == 0)
+    gate_enter(c, x);
   pthread_mutex_unlock(&c->mu);
   if (rc < 0 || e) {
     if (rc < 0) return send_drop(x, rc);
@@ -464,7 +522,12 @@ static int send_begin(qim__commit_send *x) {
   g->tenant_id = x->actor.tenant_id;
   g->conversation_id = x->conv_id;
   rc = c->store->vt->conversations.get(c->store, g);
-  if (rc < 0) return send_drop(x, qim_err_raise(QIM_E_COMMIT_UNAVAILABLE));
+  if (rc < 0) {
+    pthread_mutex_lock(&c->mu);
+    gate_leave(c, x);
+    pthread_mutex_unlock(&c->mu);
+    return send_drop(x, qim_err_raise(QIM_E_COMMIT_UNAVAILABLE));
+  }
   return 0;
 }
 

@@ -26,7 +26,7 @@ static void options_defaults(qim_fanout_options *o) {
   if (!o->snapshot_page) o->snapshot_page = 1000;
   if (!o->batch) o->batch = 64;
   if (!o->max_call_appends) o->max_call_appends = 512;
-  if (!o->idle_poll_ms) o->idle_poll_ms = 50;
+  if (!o->idle_poll_ms) o->idle_poll_ms = 1000;
   if (!o->retry_ms) o->retry_ms = 100;
 }
 
@@ -72,6 +72,10 @@ typedef struct batch {
   size_t count, cap;
   uint64_t first, next;    /* outbox offsets: first record, one past the last */
   uint32_t records;
+  /* The (shard, lane)s with recipients in the appends, for the on_dispatched hint: one bit
+   * per shard * lanes_per_shard + lane, and the list of those set (made on first use). */
+  uint8_t *wake_bits;
+  uint32_t *wake, nwake;
 } batch;
 
 static void batch_add(batch *b, const qim_group_dispatch *d, qim_bytes payload, uint64_t source) {
@@ -92,6 +96,8 @@ static void batch_reset(batch *b) {
   for (size_t i = 0; i < b->count; i++) qim_bytes_free(&b->appends[i].payload);
   b->count = 0;
   b->records = 0;
+  for (uint32_t i = 0; i < b->nwake; i++) b->wake_bits[b->wake[i] / 8] = 0;
+  b->nwake = 0;
 }
 
 static void batch_free(batch *b) {
@@ -99,17 +105,53 @@ static void batch_free(batch *b) {
   qim_free(b->appends);
   qim_free(b->source);
   qim_free(b->trace);
+  qim_free(b->wake_bits);
+  qim_free(b->wake);
+}
+
+static bool bit_test(const uint8_t *bits, uint32_t bit) {
+  return bits[bit / 8] & (1u << (bit % 8));
+}
+
+/* Notes the lanes a dispatch has recipients in, for the hint after the append. */
+static void batch_lanes(const qim__fanout *f, batch *b, const qim_group_dispatch *d) {
+  const qim_shard_config *sc = &f->opt.shards;
+  uint32_t slots = sc->shard_count * sc->lanes_per_shard;
+  if (!b->wake_bits) {
+    b->wake_bits = qim_calloc((slots + 7) / 8, 1);
+    b->wake = qim_malloc(slots * sizeof *b->wake);
+  }
+  uint32_t base = d->target_shard * sc->lanes_per_shard, marked = 0;
+  for (uint32_t l = 0; l < sc->lanes_per_shard; l++) marked += bit_test(b->wake_bits, base + l);
+  for (size_t c = 0; c < d->chunk_count; c++)
+    for (size_t k = 0; k < d->recipient_chunks[c].recipient_count; k++) {
+      if (marked == sc->lanes_per_shard) return; /* a large group reaches every lane soon */
+      uint32_t bit =
+          base + qim_lane_of_user(sc, d->tenant_id, d->recipient_chunks[c].recipient_ids[k]);
+      if (bit_test(b->wake_bits, bit)) continue;
+      b->wake_bits[bit / 8] |= (uint8_t)(1u << (bit % 8));
+      b->wake[b->nwake++] = bit;
+      marked++;
+    }
 }
 
 /* Encodes a plan's dispatches into the batch. */
-static int batch_plan(batch *b, const qim_fanout_plan *p) {
+static int batch_plan(qim__fanout *f, batch *b, const qim_fanout_plan *p) {
   for (size_t i = 0; i < p->dispatch_count; i++) {
     qim_bytes payload;
     int rc = qim_group_dispatch_encode(&p->dispatches[i], &payload);
     if (rc) return rc;
     batch_add(b, &p->dispatches[i], payload, p->source.offset);
+    if (f->opt.on_dispatched) batch_lanes(f, b, &p->dispatches[i]);
   }
   return 0;
+}
+
+/* The appends are durable: wake the lanes that have work in them. */
+static void batch_wake(const qim__fanout *f, const batch *b) {
+  uint32_t lanes = f->opt.shards.lanes_per_shard;
+  for (uint32_t i = 0; i < b->nwake; i++)
+    f->opt.on_dispatched(f->opt.hook_ctx, b->wake[i] / lanes, (qim_lane_id)(b->wake[i] % lanes));
 }
 
 /* Sets the committed offset (used for a batch without appends and for a rewind). */
@@ -157,6 +199,7 @@ static int batch_flush(qim__fanout *f, batch *b, uint32_t *done) {
     rc = QIM_STORE_SYNC(f->store, logs.append, &r);
   }
   if (rc == -EAGAIN) return QIM_AGAIN;
+  if (rc == 0 && b->count) batch_wake(f, b);
   if (rc) {
     QIM_LOGW(NULL, "fanout.append_failed", "outbox_offset=%llu appends=%zu rc=%s", (unsigned long long)b->first,
              b->count, qim_err_name(rc));
@@ -194,7 +237,7 @@ static int plan_record(qim__fanout *f, const qim_store_log_record *rec, batch *b
   }
   qim_fanout_plan plan;
   int rc = qim_fanout_plan_envelope(f, &env, (qim_log_position){OUTBOX, rec->offset}, &plan);
-  if (rc == 0) rc = batch_plan(b, &plan);
+  if (rc == 0) rc = batch_plan(f, b, &plan);
   if (rc == 0)
     QIM_LOGD(&env.intent.trace_id, "fanout.planned", "outbox_offset=%llu dispatches=%zu",
              (unsigned long long)rec->offset, plan.dispatch_count);

@@ -40,8 +40,15 @@ typedef struct qim_fanout_options {
   uint32_t snapshot_page;    /* members per members_at read; default 1000 */
   uint32_t batch;            /* outbox records per task step; default 64 */
   uint32_t max_call_appends; /* dispatch appends per store call; default 512 */
-  uint32_t idle_poll_ms;     /* task: sleep when the outbox is drained; default 50 */
+  uint32_t idle_poll_ms;     /* task: fallback poll when the outbox is drained; default 1000 */
   uint32_t retry_ms;         /* task: first backoff after a transient error; default 100 */
+  /* A wake-up hint, called on the thread running the fanout once a store call has made
+   * dispatches durable in the log of `shard` with recipients in `lane`: once per such
+   * (shard, lane) and call. It carries no data — the lane reads its shard's log as always —
+   * so the server wires it to qim_mailbox_notify_lane without the stages knowing each
+   * other. Must be quick and must not call into the fanout. NULL: none. */
+  void (*on_dispatched)(void *ctx, qim_mailbox_shard_id shard, qim_lane_id lane);
+  void *hook_ctx;
 } qim_fanout_options;
 
 /* ---- pure planning (no store) ------------------------------------------------------------ */
@@ -130,9 +137,12 @@ int qim_fanout_plan_envelope(qim_fanout *f, const qim_committed_envelope *env, q
 int qim_fanout_run_once(qim_fanout *f, uint32_t max, uint32_t *processed);
 
 /*
- * The task: a worker thread that calls run_once until stopped, sleeping idle_poll_ms
- * when the outbox is drained (qim_fanout_notify wakes it at once, e.g. after the commit
- * outboxed a message) and backing off (retry_ms doubling to 5 s) after transient errors.
+ * The task: a worker thread that calls run_once until stopped, sleeping when the outbox
+ * is drained until qim_fanout_notify wakes it (the server wires the commit's on_outboxed
+ * hint to it) or idle_poll_ms passes. That poll is only a safety net: it bounds the delay
+ * when no hint arrives — a writer the hint does not reach, such as another process sharing
+ * the store — and costs two reads per poll, so it is long enough for an idle server to stay
+ * quiet. After transient errors the task backs off (retry_ms doubling to 5 s).
  * DeterminismViolation, MembershipSnapshotUnavailable and -EBADMSG HALT it on that
  * position (status.halted) until it is stopped and started again.
  * start: -EALREADY if running; -errno if the thread cannot start. stop: waits for the

@@ -24,7 +24,7 @@ static void defaults(qim_mailbox_options *o) {
   DEF(workers, 2);
   DEF(read_batch, 256);
   DEF(step_entries, 32768);
-  DEF(idle_poll_ms, 20);
+  DEF(idle_poll_ms, 5000);
   DEF(retry_ms, 50);
   DEF(not_ready_retry_ms, 100);
   DEF(retain_count, 1000000);
@@ -169,6 +169,11 @@ static void kick_lane(qim_mailbox *m, mb_lane *l) { qim__mb_pool_kick(&m->pool, 
 void qim_mailbox_notify(qim_mailbox *m, qim_mailbox_shard_id shard) {
   mb_shard *sh = qim__mb_shard_peek(m, shard);
   for (uint32_t i = 0; sh && i < m->opt.shards.lanes_per_shard; i++) kick_lane(m, &sh->lanes[i]);
+}
+
+void qim_mailbox_notify_lane(qim_mailbox *m, qim_mailbox_shard_id shard, qim_lane_id lane) {
+  mb_lane *l = lane_of(m, shard, lane, false);
+  if (l && atomic_load(&l->sh->owned)) kick_lane(m, l);
 }
 
 void qim_mailbox_pause(qim_mailbox *m, qim_mailbox_stage stage) {

@@ -54,7 +54,8 @@ typedef struct qim_mailbox_options {
   uint32_t step_entries;            /* entries one lane step plans before it writes (32768):
                                        bigger waves amortize the index pages every batch of a
                                        large group touches (bench/fanout.c) */
-  uint32_t idle_poll_ms;            /* a drained lane looks again after this (default 20) */
+  uint32_t idle_poll_ms;            /* fallback: a drained lane looks again after this unless
+                                       notified sooner (default 5,000; see qim_mailbox_notify) */
   uint32_t retry_ms;                /* first backoff after a transient failure (50; doubles to 5 s) */
   uint32_t not_ready_retry_ms;      /* retry_after_ms of LaneNotReady (default 100) */
   uint32_t retain_count;            /* a lane keeps at most this many dispatch-log records behind
@@ -139,9 +140,17 @@ int qim_mailbox_shard_wait_ready(qim_mailbox *m, qim_mailbox_shard_id shard, int
 
 /* ---- stages, status and test controls ------------------------------------------------------------ */
 
-/* Wakes the lanes of `shard` at once (e.g. after the fanout appended to its log); lanes also
- * poll every idle_poll_ms. Unknown or unowned shards are ignored. */
+/* Wake-up hints. A lane sleeps while its shard's dispatch log has nothing new; these wake it
+ * at once — the lanes of `shard`, or one lane — e.g. after the fanout made dispatches durable
+ * in that log (the server wires the fanout's on_dispatched hint to notify_lane). A hint
+ * carries no data: the lane reads the log from its position as always, so a spurious hint
+ * costs one read and a missed one only delay. Lanes also look every idle_poll_ms, a safety
+ * net for writers the hints do not reach (another process sharing the store), long enough
+ * that an idle server stays quiet; a lane not woken because a dispatch has no recipients in
+ * it moves its watermark over that record at its next step. Unknown or unowned shards and
+ * lanes out of range are ignored. Any thread; never blocks on a step. */
 void qim_mailbox_notify(qim_mailbox *m, qim_mailbox_shard_id shard);
+void qim_mailbox_notify_lane(qim_mailbox *m, qim_mailbox_shard_id shard, qim_lane_id lane);
 
 typedef enum qim_mailbox_stage {
   QIM_MAILBOX_STAGE_MATERIALIZE = 0, /* every lane stops before its next step */

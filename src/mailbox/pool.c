@@ -48,11 +48,14 @@ static void dequeue(mb_pool *p, mb_task *t) {
 
 void qim__mb_pool_kick(mb_pool *p, mb_task *t) {
   pthread_mutex_lock(&p->mu);
+  uint64_t now = qim__mb_now_ns();
   if (t->running) {
     t->kick = true;
-  } else {
+  } else if (!t->queued || t->due_ns > now) {
+    /* A task already due keeps its place: moving it behind the other due tasks at every
+     * kick would starve a lane that is kicked often (each fanout batch kicks it). */
     if (t->queued) dequeue(p, t);
-    enqueue(p, t, qim__mb_now_ns());
+    enqueue(p, t, now);
   }
   pthread_mutex_unlock(&p->mu);
 }

@@ -45,10 +45,25 @@ static qim_shard_config shards_of(const qim_config *c) {
   return (qim_shard_config){.shard_count = c->shard_count, .lanes_per_shard = c->lanes_per_shard};
 }
 
+/* ---- wake-ups between the stages -------------------------------------------------------
+ * Stages meet only through logs and the store (DESIGN.md §1 rule 1); these hints tell a
+ * consumer that its log has grown so it need not poll for it. They carry no data and are
+ * wired here, so no stage knows another. Each consumer keeps a long fallback poll. */
+
+static void wake_fanout(void *fanout) {
+  qim_fanout_notify(fanout);
+}
+
+static void wake_lane(void *mailbox, qim_mailbox_shard_id shard, qim_lane_id lane) {
+  qim_mailbox_notify_lane(mailbox, shard, lane);
+}
+
 static int open_commit(qim_node *n) {
   const qim_config *c = n->cfg;
   qim_commit_config cc;
   qim_commit_config_default(&cc);
+  cc.on_outboxed = wake_fanout;
+  cc.hook_ctx = n->fanout;
   cc.max_message_size = c->max_message_size;
   cc.inline_body_max = c->inline_body_threshold;
   cc.dedupe_window_ms = c->dedupe_window_ms;
@@ -69,7 +84,10 @@ static int open_commit(qim_node *n) {
 
 static int open_mailbox(qim_node *n, uint32_t ready_ms) {
   const qim_config *c = n->cfg;
-  qim_mailbox_options mo = {.shards = shards_of(c), .node_id = c->node_id,
+  /* Eight workers, though they mostly wait: a lane step waits for its writes to be durable,
+   * so more steps in flight let the store's group commit put many lanes' writes under one
+   * fsync (with two, a 100-member group's delivery took ~6x longer, qim-bench group). */
+  qim_mailbox_options mo = {.shards = shards_of(c), .node_id = c->node_id, .workers = 8,
                             .retain_count = c->mailbox_retain_count,
                             .retention_interval_ms = (uint32_t)c->mailbox_retention_interval_ms};
   derive(n->secret, "qim.mailbox-cursor.v1", mo.cursor_key);
@@ -127,12 +145,15 @@ int qim_node_open(qim_node *n, const qim_config *cfg, const qim_node_options *op
   if (rc) return fail(n, "secret", rc);
   qim_store_options so = {.shards = shards_of(cfg)};
   if ((rc = qim_store_open(cfg->store_url, &so, &n->store))) return fail(n, "store", rc);
-  if ((rc = open_commit(n))) return fail(n, "commit", rc);
-  qim_fanout_options fo = {.shards = shards_of(cfg), .idle_poll_ms = 20};
-  if ((rc = qim_fanout_new(n->store, &fo, &n->fanout)) || (rc = qim_fanout_start(n->fanout)))
-    return fail(n, "fanout", rc);
+  /* Consumers first, so each producer's hint has its target from the start: the mailbox
+   * (lanes replayed until ready), the fanout (started once the commit has recovered). */
   if ((rc = open_mailbox(n, opt->ready_timeout_ms ? opt->ready_timeout_ms : 30000)))
     return fail(n, "mailbox", rc);
+  qim_fanout_options fo = {
+      .shards = shards_of(cfg), .on_dispatched = wake_lane, .hook_ctx = n->mailbox};
+  if ((rc = qim_fanout_new(n->store, &fo, &n->fanout))) return fail(n, "fanout", rc);
+  if ((rc = open_commit(n))) return fail(n, "commit", rc);
+  if ((rc = qim_fanout_start(n->fanout))) return fail(n, "fanout", rc);
   qim_group_config gc;
   qim_group_config_default(&gc);
   gc.member_limit = cfg->member_limit;
@@ -157,12 +178,12 @@ void qim_node_close(qim_node *n) {
   n->history = NULL;
   qim_group_close(n->groups);
   n->groups = NULL;
-  qim_mailbox_free(n->mailbox);
-  n->mailbox = NULL;
+  qim_commit_destroy(n->commit); /* before the fanout and mailbox its hints reach */
+  n->commit = NULL;
   qim_fanout_free(n->fanout);
   n->fanout = NULL;
-  qim_commit_destroy(n->commit);
-  n->commit = NULL;
+  qim_mailbox_free(n->mailbox);
+  n->mailbox = NULL;
   qim_store_close(n->store);
   n->store = NULL;
   sodium_memzero(n->secret, sizeof n->secret);

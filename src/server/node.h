@@ -1,8 +1,10 @@
 /*
  * node.h — everything one running qimd holds, wired in dependency order: the store, the
- * commit (with recovery of intents left in flight), the fanout task, the mailbox (every
- * shard acquired, lanes replayed until ready), groups, history (with its retention
- * sweeper) and the gateway on top. qim_node_close takes it down in reverse order, so a
+ * mailbox (every shard acquired, lanes replayed until ready), the fanout, the commit (with
+ * recovery of intents left in flight), the fanout task started, groups, history (with its
+ * retention sweeper) and the gateway on top. The commit's on_outboxed hint wakes the
+ * fanout and the fanout's on_dispatched hint wakes mailbox lanes (node.c), so an idle
+ * pipeline sleeps instead of polling. qim_node_close takes it down in reverse order, so a
  * stop never loses anything acknowledged: the gateway stops taking requests first, and
  * intents still in flight stay durable for the next start's recovery.
  *
