@@ -217,6 +217,9 @@ static void group_desc(qim_gateway *g, const qim_authenticated_actor *a, qim_con
   if (rc == -ENOENT || (rc == 0 && (cg.out.deleted || cg.out.kind != QIM_CONVERSATION_GROUP)))
     rc = qim_err_raise(QIM_E_GROUP_NOT_FOUND);
   if (rc == 0) rc = own_member(g, a, conv, &m);
+  /* A member who left, was evicted or banned keeps its row but is outside like a
+   * non-member: the desc (seq, touched, subcnt, public) is not for it. */
+  if (rc == 0 && (m.has_left_at || m.banned)) rc = qim_err_raise(QIM_E_GROUP_PERMISSION_DENIED);
   if (rc) {
     qim__gw_out_fail(out, id, topic, rc, now);
   } else if (o->has_ims && cg.out.updated_at <= o->ims_ms && m.updated_at <= o->ims_ms) {
