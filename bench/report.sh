@@ -73,6 +73,7 @@ command_line disk
 
 section "2. One-to-one"
 echo "Highest rate with p99 send→delivery ≤ 50 ms, no loss, no errors and the client on schedule"
+# shellcheck disable=SC2016 # the backticks are Markdown
 echo "(send lag within the harness's limit): **$(num "$p2p") msgs/s**. Pairs are $(get p2p-search via | sed 's/group2/2-member groups (qim-bench --via group)/; s/^usr$/one-to-one topics (`sub usr…` on both sides)/')."
 echo
 echo "| Load | msgs/s target | sent/s | delivered/s | p50 ms | p90 ms | p99 ms | max ms | server CPU % | server RSS kB |"
