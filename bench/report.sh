@@ -8,11 +8,12 @@
 set -euo pipefail
 RESULTS=$1 WORK=$2 COMMIT=$3 MACHINE=$4 QUICK=$5
 
-# get ID KEY: KEY's value in the last result of ID ("" if none).
+# get ID KEY: KEY's value in the last result of ID ("" if none: a run with --only lacks
+# the others, and grep's "no match" must not end the report under pipefail).
 get() {
-  grep "^$1	" "$RESULTS" 2>/dev/null | tail -1 | cut -f3 | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1
+  { grep "^$1	" "$RESULTS" 2>/dev/null || true; } | tail -1 | cut -f3 | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1
 }
-cmd() { grep "^$1	" "$RESULTS" 2>/dev/null | tail -1 | cut -f2; }
+cmd() { { grep "^$1	" "$RESULTS" 2>/dev/null || true; } | tail -1 | cut -f2; }
 # num VALUE: thousands separators, or "—" when empty.
 num() { if [ -z "$1" ]; then echo "—"; else LC_ALL=C awk -v v="$1" 'BEGIN { s = sprintf("%.0f", v); o = ""; while (length(s) > 3) { o = "," substr(s, length(s) - 2) o; s = substr(s, 1, length(s) - 3) } print s o }'; fi; }
 # ratio A B: A/B with two decimals, or "—".
@@ -72,7 +73,8 @@ command_line disk
 
 section "2. One-to-one"
 echo "Highest rate with p99 send→delivery ≤ 50 ms, no loss, no errors and the client on schedule"
-echo "(send lag within the harness's limit): **$(num "$p2p") msgs/s**. Pairs are $(get p2p-search via | sed 's/group2/2-member groups (the server has no usr topics yet)/; s/^usr$/usr topics/')."
+# shellcheck disable=SC2016 # the backticks are Markdown
+echo "(send lag within the harness's limit): **$(num "$p2p") msgs/s**. Pairs are $(get p2p-search via | sed 's/group2/2-member groups (qim-bench --via group)/; s/^usr$/one-to-one topics (`sub usr…` on both sides)/')."
 echo
 echo "| Load | msgs/s target | sent/s | delivered/s | p50 ms | p90 ms | p99 ms | max ms | server CPU % | server RSS kB |"
 echo "|---|---|---|---|---|---|---|---|---|---|"

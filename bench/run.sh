@@ -210,13 +210,14 @@ search() {
 
 # ---- 2. one-to-one ---------------------------------------------------------------------------
 if want p2p; then
-  max=$(search p2p $P99_LIMIT_MS $P2P_START p2p --users $P2P_USERS)
+  # One-to-one topics (`sub usr<peer>`, both sides), qim-bench's default, named explicitly.
+  max=$(search p2p $P99_LIMIT_MS $P2P_START p2p --via usr --users $P2P_USERS)
   printf 'p2p-max\t(search)\tscenario=p2p-max max_rate=%s p99_limit_ms=%s status=ok\n' "$max" $P99_LIMIT_MS >> "$RESULTS"
   if [ "$max" -gt 0 ]; then
     for pct in 25 50 75 100; do
       r=$((max * pct / 100)); [ $r -lt 1 ] && r=1
       # shellcheck disable=SC2086
-      record "p2p-$pct" "$QB" p2p --users $P2P_USERS --rate $r --duration $CURVE_SECS --warmup $WARM $S --label pct=$pct
+      record "p2p-$pct" "$QB" p2p --via usr --users $P2P_USERS --rate $r --duration $CURVE_SECS --warmup $WARM $S --label pct=$pct
     done
   fi
 fi

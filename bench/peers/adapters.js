@@ -74,7 +74,8 @@ class QimConn {
     return this.ctrl({ login: { scheme: 'token', secret: this.acc.token } });
   }
 
-  // One-to-one: p2p topics (`sub usr<peer>`), or a 2-member group until qimd serves them.
+  // One-to-one: the p2p topic (`sub usr<peer>`; the first side's sub creates the
+  // conversation), or with --qim-direct group a 2-member group made by the pair's first member.
   async direct(peer, creator) {
     if (this.opts.qimDirect === 'p2p') {
       await this.ctrl({ sub: { topic: peer.acc.uid } });

@@ -11,7 +11,7 @@
 //   group     --size G --senders K --messages M  one room of G members, K of them send M each;
 //                                       deliveries/s to the other members
 // Options: --host (127.0.0.1) --domain --muc (XMPP) --accounts FILE (qim tokens, written by
-// register) --apikey KEY (Tinode demo key, qimd default) --qim-direct group|p2p --server-pid PID (CPU and RSS from /proc) --timeout S.
+// register) --apikey KEY (Tinode demo key, qimd default) --qim-direct p2p|group (one-to-one as p2p topics, the default, or 2-member groups) --server-pid PID (CPU and RSS from /proc) --timeout S.
 // Prints a human line, then `RESULT key=value ...`. Every count and wait is bounded.
 'use strict';
 
@@ -22,7 +22,7 @@ function parseArgs(argv) {
   const o = {
     scenario: argv[0], proto: 'qim', host: '127.0.0.1', port: 0, domain: 'bench.local', muc: '',
     users: 100, messages: 100, rate: 1000, duration: 10, warmup: 1, size: 50, senders: 5,
-    apikey: 'AQEAAAABAAD_rAp4DJh05a1HAwFT3A6K', accounts: '', qimDirect: 'group', serverPid: 0, timeout: 120, password: 'benchpass1', concurrency: 8,
+    apikey: 'AQEAAAABAAD_rAp4DJh05a1HAwFT3A6K', accounts: '', qimDirect: 'p2p', serverPid: 0, timeout: 120, password: 'benchpass1', concurrency: 8,
   };
   for (let i = 1; i < argv.length; i += 2) {
     const k = argv[i].replace(/^--/, '').replace(/-(.)/g, (_, c) => c.toUpperCase());

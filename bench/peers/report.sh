@@ -41,7 +41,7 @@ block() {
   [ "$QUICK" = 1 ] && echo && echo "**Quick run (--quick): tiny counts; these figures only show that the harness works.**"
   echo
   echo "Ratios are qim ÷ peer: above 1 means qim did more per second (throughput) or took longer"
-  echo "(latency, memory). One-to-one on qim is $([ "$QIM_DIRECT" = p2p ] && echo "its p2p topics (\`sub usr…\`)" || echo "**a 2-member group per pair** (\`--qim-direct group\`): qimd does not serve p2p topics (\`sub usr…\`) on this commit yet; \`--qim-direct p2p\` switches once it does"). The"
+  echo "(latency, memory). One-to-one on qim is $([ "$QIM_DIRECT" = p2p ] && echo "its p2p topics (\`sub usr…\`)" || echo "**a 2-member group per pair** (\`--qim-direct group\`, not the default one-to-one path: p2p topics, \`sub usr…\`)"). The"
   echo "XMPP servers carry one-to-one as \`<message type='chat'>\` to the peer's bare JID."
   echo
   echo "Read the ratios with the machine's load in mind (the load average above: other jobs share"
@@ -136,7 +136,7 @@ block() {
 * Not tuned for the scenario: qimd runs its defaults apart from the lifted limits above.
 EOF
   echo
-  echo "Command: \`make bench-peers\` (bench/peers/run.sh; \`--quick\`, \`--media disk|tmpfs\`, \`--servers\`, \`--qim-direct p2p\`)."
+  echo "Command: \`make bench-peers\` (bench/peers/run.sh; \`--quick\`, \`--media disk|tmpfs\`, \`--servers\`, \`--qim-direct p2p|group\`)."
   echo "<!-- peers:end -->"
 }
 

@@ -11,13 +11,13 @@
 # (between the "peers:begin" / "peers:end" markers) is rewritten by report.sh.
 #
 # Usage: bench/peers/run.sh [--quick] [--build DIR] [--out FILE] [--media disk,tmpfs]
-#                           [--servers qim,ejabberd,prosody] [--qim-direct group|p2p] [--keep]
+#                           [--servers qim,ejabberd,prosody] [--qim-direct p2p|group] [--keep]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BUILD=$ROOT/build
 OUT=$ROOT/BENCHMARKS.md
-QUICK=0 KEEP=0 MEDIA=disk,tmpfs SERVERS=qim,ejabberd,prosody QIM_DIRECT=group
+QUICK=0 KEEP=0 MEDIA=disk,tmpfs SERVERS=qim,ejabberd,prosody QIM_DIRECT=p2p
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;

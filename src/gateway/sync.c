@@ -35,10 +35,20 @@ typedef struct sync_op {
   qim_mailbox_cursor_op open;
   qim_mailbox_pull_op pull;
   qim_error expired; /* the CursorExpired payload while a fresh cursor is opened */
+  /* Names of the conversations of the page's own entries (see "Topic names"). */
+  struct sync_conv *convs;
+  size_t nconv, named; /* convs[0..named) have their name */
+  qim_store_conv_get_req get;
 } sync_op;
+
+typedef struct sync_conv {
+  qim_conversation_id conv;
+  char topic[QIM_TOPIC_NAME_CAP];
+} sync_conv;
 
 static void op_free(sync_op *o) {
   qim_mailbox_cursor_free(&o->cursor);
+  qim_free(o->convs);
   qim_free(o);
 }
 
@@ -53,10 +63,30 @@ static void finish(sync_op *o) {
 /* ---- entries → frame
  * ------------------------------------------------------------------------------- */
 
-/* The conversation as the user names it. Groups are the only conversations the gateway
- * creates; their GroupId is the ConversationId. */
-static void entry_topic(const qim_mailbox_entry *e, char topic[QIM_TOPIC_NAME_CAP]) {
-  qim_group_id_format((qim_group_id){e->coordinates.conversation_id.v}, topic, QIM_TOPIC_NAME_CAP);
+/* True when e's sender is another user, whose id then says what the conversation is. */
+static bool sender_is_peer(const qim_mailbox_entry *e) {
+  return !qim_u128_eq(e->sender_id.v, e->user_id.v) &&
+         !qim_u128_eq(e->sender_id.v, (qim_u128){0, 0});
+}
+
+/* The conversation as e's user names it; convs holds the names of the conversations of
+ * the user's own entries (a conversation missing there, gone from the store, keeps the
+ * group form its id has). */
+static void entry_topic(const sync_op *o, const qim_mailbox_entry *e,
+                        char topic[QIM_TOPIC_NAME_CAP]) {
+  qim_conversation_id conv = e->coordinates.conversation_id;
+  if (sender_is_peer(e) &&
+      qim_u128_eq(qim_conversation_id_direct(e->tenant_id, e->user_id, e->sender_id).v, conv.v)) {
+    qim_user_id_format(e->sender_id, topic, QIM_TOPIC_NAME_CAP);
+    return;
+  }
+  if (!sender_is_peer(e))
+    for (size_t i = 0; i < o->named; i++)
+      if (qim_u128_eq(o->convs[i].conv.v, conv.v)) {
+        memcpy(topic, o->convs[i].topic, QIM_TOPIC_NAME_CAP);
+        return;
+      }
+  qim_group_id_format((qim_group_id){conv.v}, topic, QIM_TOPIC_NAME_CAP);
 }
 
 /* What a client applies: a message's Tinode head/content; a Control's (membership change,
@@ -80,14 +110,15 @@ typedef struct sync_names {
   json_t *head, *content;
 } sync_names;
 
-static char *page_frame(const gw_req *r, const qim_mailbox_page *p, const char *cursor,
+static char *page_frame(const sync_op *o, const qim_mailbox_page *p, const char *cursor,
                         size_t *len) {
+  const gw_req *r = o->req;
   size_t n = p->entry_count;
   qim_proto_sync_entry *x = qim_calloc(n ? n : 1, sizeof *x);
   sync_names *nm = qim_calloc(n ? n : 1, sizeof *nm);
   for (size_t i = 0; i < n; i++) {
     const qim_mailbox_entry *e = &p->entries[i];
-    entry_topic(e, nm[i].topic);
+    entry_topic(o, e, nm[i].topic);
     qim_user_id_format(e->sender_id, nm[i].from, sizeof nm[i].from);
     bool has_seq =
         e->event_type == QIM_EVENT_TYPE_MESSAGE || e->event_type == QIM_EVENT_TYPE_MENTION;
@@ -125,7 +156,7 @@ static void reply_page(sync_op *o) {
   char tok[QIM_MAILBOX_CURSOR_TOKEN_CAP];
   int n = qim_mailbox_cursor_format(&o->pull.next_cursor, tok, sizeof tok);
   size_t len;
-  char *j = n > 0 ? page_frame(o->req, &o->pull.page, tok, &len) : NULL;
+  char *j = n > 0 ? page_frame(o, &o->pull.page, tok, &len) : NULL;
   if (j)
     qim__gw_send(s, j, len);
   else
@@ -167,6 +198,65 @@ static void open_rebuild(sync_op *o) {
   }
 }
 
+/* ---- naming the user's own conversations
+ * ------------------------------------------------------------ */
+
+/* Lists the distinct conversations of the page's entries that do not name themselves. */
+static void collect_convs(sync_op *o) {
+  const qim_mailbox_page *p = &o->pull.page;
+  for (size_t i = 0; i < p->entry_count; i++) {
+    const qim_mailbox_entry *e = &p->entries[i];
+    if (sender_is_peer(e)) continue;
+    qim_conversation_id conv = e->coordinates.conversation_id;
+    size_t k = 0;
+    while (k < o->nconv && !qim_u128_eq(o->convs[k].conv.v, conv.v)) k++;
+    if (k < o->nconv) continue;
+    if (!o->convs) o->convs = qim_calloc(p->entry_count, sizeof *o->convs);
+    o->convs[o->nconv++].conv = conv;
+  }
+}
+
+static void name_next(sync_op *o);
+
+static void conv_read(qim_store_req *req) {
+  sync_op *o = req->data;
+  sync_conv *c = &o->convs[o->named];
+  if (req->status == 0) {
+    qim__gw_conv_topic(&o->get.out, o->req->s->user, c->topic, sizeof c->topic);
+    qim_store_conversation_free(&o->get.out);
+  } else {
+    qim_group_id_format((qim_group_id){c->conv.v}, c->topic, sizeof c->topic);
+  }
+  o->named++;
+  name_next(o);
+}
+
+/* Names convs[named..] one read at a time, then replies with the page. */
+static void name_next(sync_op *o) {
+  gw_session *s = o->req->s;
+  qim_store *st = s->loop->gw->d.store;
+  while (o->named < o->nconv && qim__gw_session_open(s)) {
+    memset(&o->get, 0, sizeof o->get);
+    o->get.req.cq = s->loop->cq;
+    o->get.req.done = conv_read;
+    o->get.req.data = o;
+    o->get.tenant_id = s->tenant;
+    o->get.conversation_id = o->convs[o->named].conv;
+    if (st->vt->conversations.get(st, &o->get) == 0) return;
+    /* Not asked: the entries keep the group form of the id. */
+    qim_group_id_format((qim_group_id){o->convs[o->named].conv.v}, o->convs[o->named].topic,
+                        QIM_TOPIC_NAME_CAP);
+    o->named++;
+  }
+  if (qim__gw_session_open(s)) {
+    reply_page(o);
+  } else {
+    qim_mailbox_page_free(&o->pull.page);
+    qim_mailbox_cursor_free(&o->pull.next_cursor);
+  }
+  finish(o);
+}
+
 static void pulled(qim_mailbox_pull_op *op) {
   sync_op *o = op->data;
   gw_session *s = o->req->s;
@@ -177,7 +267,9 @@ static void pulled(qim_mailbox_pull_op *op) {
       return;
     }
   } else if (op->status == 0) {
-    reply_page(o);
+    collect_convs(o);
+    name_next(o);
+    return;
   } else {
     if (op->status != QIM_E_MAILBOX_CURSOR_INVALID)
       QIM_LOGW(&o->req->trace, "gateway.sync_failed", "err=%s", qim_err_name(op->status));

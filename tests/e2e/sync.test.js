@@ -208,6 +208,31 @@ test('sync: a reconnect with the same device id continues from its cursor; anoth
   assert.equal(refused.ctrl.text, 'cursor invalid');
 });
 
+test('sync: a p2p conversation is named by the peer\'s usr… on each side (own and peer entries); an own group entry stays grp…', async (ctx) => {
+  const a = await device(ctx, 'alice', `alice-${crypto.randomUUID()}`);
+  const b = await device(ctx, 'bob', `bob-${crypto.randomUUID()}`);
+  const created = await a.join(b.uid);
+  assert.equal(created.topic, b.uid, 'alice names the p2p topic after bob');
+  await b.join(a.uid);
+  const g = await a.createGroup('alice\'s own group');
+  assert.equal((await a.pub(b.uid, 'a to b', { cmid: newCmid() })).code, 202);
+  assert.equal((await b.pub(a.uid, 'b to a', { cmid: newCmid() })).code, 202);
+  assert.equal((await a.pub(g, 'a in group', { cmid: newCmid() })).code, 202);
+  const both = (peer) => (es) => messagesOf(es, peer).length >= 2;
+  const pa = await drain(a, a.cursor, 50, (es) => both(b.uid)(es) && messagesOf(es, g).length >= 1, 'alice\'s three messages');
+  const pb = await drain(b, b.cursor, 50, both(a.uid), 'bob\'s two messages');
+  for (const [who, got, peer] of [['alice', pa, b], ['bob', pb, a]]) {
+    const m = messagesOf(got.entries, peer.uid);
+    assert.deepEqual(m.map((e) => e.content), ['a to b', 'b to a'], `${who}: both directions under the peer's name`);
+    assert.deepEqual(m.map((e) => e.seq), [1, 2], `${who}: seqs of the one conversation`);
+    assert.deepEqual(m.map((e) => e.from), [a.uid, b.uid], `${who}: senders`);
+    assert.ok(got.entries.every((e) => e.topic === undefined || !e.topic.startsWith('p2p')), `${who}: no p2p… name on the wire`);
+    const foreign = got.entries.filter((e) => e.topic && e.topic.startsWith('grp') && e.topic !== g);
+    assert.deepEqual(foreign, [], `${who}: no grp… name for the p2p conversation`);
+  }
+  assert.deepEqual(messagesOf(pa.entries, g).map((e) => e.content), ['a in group'], 'alice\'s own group message is named grp…');
+});
+
 test('sync: a cursor behind retention gets 410 with a fresh cursor; rebuild from history, then sync on', async (ctx) => {
   const r = await device(ctx, 'stale', `stale-${crypto.randomUUID()}`);
   const w = await rawUser(ctx, 'writer');

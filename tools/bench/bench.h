@@ -37,7 +37,7 @@ typedef struct qim_bench_opts {
   uint32_t users; /* p2p: users (pairs = users/2); idle: connections */
   double rate;    /* p2p/group: total target pubs/s */
   uint32_t group_size, senders, groups;
-  bool via_usr;         /* p2p over usr<peer> topics instead of 2-member groups */
+  bool via_usr;         /* p2p over usr<peer> topics (default) instead of 2-member groups */
   size_t content_size;  /* bytes of each pub's content */
   uint32_t concurrency; /* setup steps in flight */
   uint32_t window;      /* echo: frames in flight per connection */

@@ -38,8 +38,8 @@ static const char usage[] =
     "  --quiet               only the RESULT line\n"
     "p2p / group:\n"
     "  --users N  --rate R  --size BYTES (content, default 140)\n"
-    "  --via group|usr       p2p pairs as 2-member groups (default, until the server serves\n"
-    "                        sub usr<peer>) or as real usr topics\n"
+    "  --via usr|group       p2p pairs as one-to-one usr<peer> topics (default) or as\n"
+    "                        2-member groups (the earlier shape, for comparison)\n"
     "  --groups K  --group-size G  --senders S\n"
     "accounts:\n"
     "  --count N  --prefix P (default 'bench')  --password W (default 'bench-password')\n"
@@ -158,6 +158,7 @@ static void defaults(qim_bench_opts *o) {
   o->duration_s = 10;
   o->warmup_s = 1;
   o->drain_s = 3;
+  o->via_usr = true;
   o->max_messages = 10000000;
   o->accounts_file = "bench-accounts.txt";
   o->users = 100;

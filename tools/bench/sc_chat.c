@@ -2,9 +2,9 @@
  * sc_chat.c — the p2p and group scenarios of qim-bench: conversations with members and
  * senders publishing at a target total rate, deliveries timed on the other members.
  *
- *  p2p:   --users N form N/2 pairs; both members of a pair send. Until qim serves
- *         `sub usr<peer>`, a pair is a 2-member group (--via group, the default); --via usr
- *         uses the real one-to-one topics.
+ *  p2p:   --users N form N/2 pairs; both members of a pair send. A pair is a one-to-one
+ *         topic (--via usr, the default): each side subs to `usr<peer>`, the first sub
+ *         creating the conversation; --via group makes it a 2-member group instead.
  *  group: --groups K of --group-size G members, the first --senders S of each sending.
  *
  * Every sender is open-loop: message n of sender q is due at t_begin + (q/Q + n) * period
