@@ -248,6 +248,8 @@ fi
 
 # ---- 6. sync catch-up (bench/sync_catchup.js starts its own qimd on a free port) -------------
 if want sync; then
+  # It uses the e2e tests' pinned npm packages (ws); install them if this checkout has none.
+  node "$ROOT/tests/e2e/lib/npm_ci.js" >&2 || log "sync: npm ci of tests/e2e failed"
   record sync env QIMD="$QIMD" node "$ROOT/bench/sync_catchup.js"
 fi
 
