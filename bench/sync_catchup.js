@@ -152,7 +152,7 @@ async function main() {
   const o = args();
   const per = Math.ceil(o.messages / o.conversations);
   const q = new Qimd(o.qimd, ['--log-level', 'warn', '--login-rate', '1000000', '--login-burst', '1000000',
-    '--send-rate', '1000000', '--send-burst', '1000000']);
+    '--send-rate', '1000000', '--send-burst', '1000000', '--request-rate', '1000000', '--request-burst', '1000000']);
   await q.start();
   const url = `ws://${q.hostPort}/v0/channels?apikey=${API_KEY}`;
   const cred = (n) => Buffer.from(`${n}:bench-pass-1`).toString('base64');

@@ -141,6 +141,12 @@ static void sender_cb(uv_timer_t *t) {
     s->n++;
     s->due_us += ch->period_us;
   }
+  /* At a low rate the next turn can lie far past the end (the period is senders / rate):
+   * stop now rather than arm a timer the run would wait for. */
+  if (s->due_us >= ch->send_until_us) {
+    sender_stop(s);
+    return;
+  }
   uint64_t wait_ms = s->due_us > now ? (s->due_us - now + 999) / 1000 : 0;
   uv_timer_start(&s->timer, sender_cb, wait_ms, 0);
 }
