@@ -221,6 +221,29 @@ static void auth_after(gw_job *j) {
   qim__gw_job_finish(j);
 }
 
+/* Refuses a request with `code` (text `text`, or Tinode's text for the code when NULL):
+ * frees the job if one was made and finishes the request. */
+static void auth_refuse(gw_session *s, gw_req *r, auth_job *a, int code, const char *text) {
+  qim__gw_ctrl(s, r, NULL, code, text ? text : qim_proto_code_text(code), NULL);
+  if (a) {
+    auth_destroy(&a->j);
+    qim_free(a);
+  }
+  qim__gw_req_done(r);
+}
+
+/* Starts the job answering r in the thread pool, for the session's tenant and device. */
+static void auth_start(gw_session *s, gw_req *r, auth_job *a, void (*run)(gw_job *)) {
+  a->tenant = s->tenant;
+  a->device = s->device;
+  a->device_stable = s->device_stable;
+  a->j.req = r;
+  a->j.run = run;
+  a->j.after = auth_after;
+  a->j.destroy = auth_destroy;
+  qim__gw_job_start(s->loop, &a->j);
+}
+
 static uint32_t pw_ops(const qim_gateway *g) {
   return g->o.pwhash_opslimit ? g->o.pwhash_opslimit : crypto_pwhash_OPSLIMIT_INTERACTIVE;
 }
@@ -410,30 +433,11 @@ static void acc_update(gw_req *r) {
       code = 422;
   }
   if (code) {
-    static const struct {
-      int code;
-      const char *text;
-    } texts[] = {{400, "malformed"},         {401, "authentication required"},
-                 {403, "permission denied"}, {422, "policy violation"},
-                 {429, "too many requests"}, {501, "not implemented"}};
-    const char *text = "malformed";
-    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
-      if (texts[i].code == code) text = texts[i].text;
-    qim__gw_ctrl(s, r, NULL, code, text, NULL);
-    if (a) {
-      auth_destroy(&a->j);
-      qim_free(a);
-    }
-    qim__gw_req_done(r);
+    auth_refuse(s, r, a, code, NULL);
     return;
   }
-  a->tenant = s->tenant;
   a->user = s->user;
-  a->j.req = r;
-  a->j.run = acc_update_run;
-  a->j.after = auth_after;
-  a->j.destroy = auth_destroy;
-  qim__gw_job_start(s->loop, &a->j);
+  auth_start(s, r, a, acc_update_run);
 }
 
 void qim__gw_acc(gw_req *r) {
@@ -466,22 +470,12 @@ void qim__gw_acc(gw_req *r) {
     if (rc == 0) rc = desc_json(m->desc.public_data, c->max_message_size, &a->public_json);
     if (rc == 0) rc = desc_json(m->desc.private_data, c->max_message_size, &a->private_json);
     if (rc) {
-      qim__gw_ctrl(s, r, NULL, malformed ? 400 : 422, malformed ? "malformed" : "policy violation", NULL);
-      auth_destroy(&a->j);
-      qim_free(a);
-      qim__gw_req_done(r);
+      auth_refuse(s, r, a, malformed ? 400 : 422, NULL);
       return;
     }
-    a->tenant = s->tenant;
-    a->device = s->device;
-    a->device_stable = s->device_stable;
     a->create = true;
     a->do_login = m->login;
-    a->j.req = r;
-    a->j.run = acc_run;
-    a->j.after = auth_after;
-    a->j.destroy = auth_destroy;
-    qim__gw_job_start(s->loop, &a->j);
+    auth_start(s, r, a, acc_run);
     return;
   }
   qim__gw_req_done(r);
@@ -567,22 +561,12 @@ void qim__gw_login(gw_req *r) {
     }
     if (rc) {
       /* A secret that cannot be a credential fails like a wrong one. */
-      qim__gw_ctrl(s, r, NULL, 401, "authentication failed", NULL);
-      auth_destroy(&a->j);
-      qim_free(a);
-      qim__gw_req_done(r);
+      auth_refuse(s, r, a, 401, "authentication failed");
       return;
     }
-    a->tenant = s->tenant;
-    a->device = s->device;
-    a->device_stable = s->device_stable;
     a->do_login = true;
     a->token_scheme = token;
-    a->j.req = r;
-    a->j.run = login_run;
-    a->j.after = auth_after;
-    a->j.destroy = auth_destroy;
-    qim__gw_job_start(s->loop, &a->j);
+    auth_start(s, r, a, login_run);
     return;
   }
   qim__gw_req_done(r);
