@@ -6,10 +6,11 @@
  *
  * The conversation is built fast and mostly behind the store's back: the group and its
  * members are made through the store API, the 1,000,000 history rows are bulk-inserted
- * with SQLite directly (one transaction, the store's own record encoding; so this file
- * knows the `records` table of src/store/sqlite_schema.c), and the reader joins after the
- * first 1,000 messages, so joined_at > 0. Then the reader makes 100 soft deletes through
- * the history API (100 dellog ranges of its own, scattered over the conversation).
+ * by tools/seed/history_rows.c (what qim-seed --messages uses: one SQLite transaction,
+ * the store's own record encoding, the conversation counters moved as commits would), and
+ * the reader joins after the first 1,000 messages, so joined_at > 0. Then the reader makes
+ * 100 soft deletes through the history API (100 dellog ranges of its own, scattered over
+ * the conversation).
  *
  * Each scenario runs `ITER` pages after a warm-up and prints p50 / p99 / max; the target
  * is p99 <= 1 ms for a 50-message page.
@@ -20,7 +21,6 @@
 #include "history/history.h"
 
 #include <errno.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "commit/commit.h"
+#include "history_rows.h"
 #include "qim/clock.h"
 #include "qim/err.h"
 #include "qim/ids.h"
@@ -72,85 +73,18 @@ static qim_store *open_store(const char *db) {
   return s;
 }
 
-static void be64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-
-/* Encodes message `seq` as the store would have written it at RECORDED. */
-static void make_record(qim_id_gen *ids, uint64_t seq, qim_message_record *r, char *payload,
-                        size_t cap) {
-  memset(r, 0, sizeof *r);
-  if (qim_id_gen_message_id(ids, &r->coordinates.message_id) ||
-      qim_id_gen_last_activity_id(ids, &r->coordinates.last_activity_id))
-    die("id generator", -EINVAL);
-  r->coordinates.conversation_id = CONV;
-  r->coordinates.conversation_seq = seq;
-  r->sender = (qim_authenticated_actor){TENANT, seq % 7 ? OWNER : READER, {{0, 1}}};
-  r->client_message_id.b[0] = 0xC1;
-  be64(r->client_message_id.b + 8, seq);
-  int n =
-      snprintf(payload, cap,
-               "{\"content\":\"benchmark message number %llu, about the length of a chat line\"}",
-               (unsigned long long)seq);
-  r->content = (qim_message_content){.message_type = QIM_MESSAGE_TYPE_TEXT,
-                                     .schema_version = 1,
-                                     .payload_or_ciphertext = {(uint8_t *)payload, (size_t)n}};
-  r->created_at = qim_message_id_millis(&r->coordinates.message_id);
-}
-
-static void sql(sqlite3 *db, const char *text) {
-  char *err = NULL;
-  if (sqlite3_exec(db, text, NULL, NULL, &err) != SQLITE_OK) {
-    fprintf(stderr, "qim-bench-history: %s: %s\n", text, err ? err : "?");
-    exit(2);
-  }
-}
-
-static void bind_u128(sqlite3_stmt *st, int i, qim_u128 v) {
-  uint8_t b[16];
-  qim_u128_to_be(v, b);
-  sqlite3_bind_blob(st, i, b, 16, SQLITE_TRANSIENT);
-}
-
-/* Rows (from, to] straight into `records`, and the conversation's latest_seq = to. */
-static void bulk_insert(const char *path, qim_id_gen *ids, uint64_t from, uint64_t to) {
-  sqlite3 *db;
-  if (sqlite3_open(path, &db) != SQLITE_OK) die("sqlite3_open", -EIO);
-  sql(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF; BEGIN");
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(
-          db,
-          "INSERT INTO records(tenant, conv, seq, message_id, sender, cmid, message_type, state,"
-          " retention, created_at, updated_at, size, body) VALUES(?,?,?,?,?,?,0,0,0,?,?,?,?)",
-          -1, &st, NULL) != SQLITE_OK)
-    die("prepare insert", -EINVAL);
-  char payload[160];
-  for (uint64_t seq = from + 1; seq <= to; seq++) {
-    qim_message_record r;
-    make_record(ids, seq, &r, payload, sizeof payload);
-    qim_bytes body;
-    check(qim_message_record_encode(&r, &body), "record encode");
-    sqlite3_reset(st);
-    bind_u128(st, 1, TENANT.v);
-    bind_u128(st, 2, CONV.v);
-    sqlite3_bind_int64(st, 3, (sqlite3_int64)seq);
-    sqlite3_bind_blob(st, 4, r.coordinates.message_id.b, 16, SQLITE_TRANSIENT);
-    bind_u128(st, 5, r.sender.user_id.v);
-    sqlite3_bind_blob(st, 6, r.client_message_id.b, 16, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 7, (sqlite3_int64)r.created_at);
-    sqlite3_bind_int64(st, 8, (sqlite3_int64)r.created_at);
-    sqlite3_bind_int64(st, 9, (sqlite3_int64)r.content.payload_or_ciphertext.n);
-    sqlite3_bind_blob(st, 10, body.p, (int)body.n, SQLITE_TRANSIENT);
-    if (sqlite3_step(st) != SQLITE_DONE) die("insert", -EIO);
-    qim_bytes_free(&body);
-  }
-  sqlite3_finalize(st);
-  char upd[200];
-  snprintf(upd, sizeof upd,
-           "UPDATE conversations SET latest_seq=%llu; COMMIT; PRAGMA wal_checkpoint(TRUNCATE)",
-           (unsigned long long)to);
-  sql(db, upd);
-  sqlite3_close(db);
+/* Messages (from, to] from `senders` through the bulk seeding qim-seed uses. */
+static void bulk_insert(const char *path, qim_id_gen *ids, uint64_t from, uint64_t to,
+                        const qim_authenticated_actor *senders, size_t n) {
+  qim_seed_history h = {.db_path = path,
+                        .tenant_id = TENANT,
+                        .conversation_id = CONV,
+                        .senders = senders,
+                        .sender_count = n,
+                        .from = from,
+                        .to = to,
+                        .ids = ids};
+  check(qim_seed_history_append(&h), "bulk insert");
 }
 
 static void create_group(const char *path) {
@@ -319,9 +253,10 @@ int main(int argc, char **argv) {
 
   double t0 = now_us();
   create_group(path);
-  bulk_insert(path, &ids, 0, JOINED_AT);
+  const qim_authenticated_actor senders[] = {{TENANT, OWNER, {{0, 1}}}, {TENANT, READER, {{0, 2}}}};
+  bulk_insert(path, &ids, 0, JOINED_AT, senders, 1);
   add_reader(path);
-  bulk_insert(path, &ids, JOINED_AT, a.messages);
+  bulk_insert(path, &ids, JOINED_AT, a.messages, senders, 2);
   double built = now_us();
 
   qim_store *s = open_store(path);

@@ -46,6 +46,7 @@ typedef struct qim_bench_opts {
   const char *prefix, *password;
   uint32_t first; /* accounts: first index */
   const char *label;
+  const char *topic; /* history: the group to page through */
   bool quiet;
 } qim_bench_opts;
 
@@ -64,6 +65,7 @@ typedef struct qim_bench_run {
   uint64_t ends[8];          /* connection ends by qim_bench_end, besides local closes */
   uint64_t bad_frames;       /* server frames qim-bench could not read */
   uint64_t start_failures;   /* connections that could not even start */
+  uint64_t wrong_replies;    /* replies a scenario checked and found wrong (counted as errors) */
   /* The server under test, sampled at the start and end of the measured window. */
   qim_proc_sample srv_a, srv_b;
   bool srv_ok, marked_start, marked_end;
@@ -119,7 +121,7 @@ void qim_bench_kv(qim_bench_run *r, const char *key, const char *fmt, ...)
 void qim_bench_kv_hist(qim_bench_run *r, const char *prefix, const qim_hist *h);
 /* Appends the error counts, server and client CPU/RSS; then prints `human` and the line. */
 void qim_bench_report(qim_bench_run *r, const char *human);
-/* Sum of ctrl codes >= 400. */
+/* Sum of ctrl codes >= 400 and of wrong replies. */
 uint64_t qim_bench_errors(const qim_bench_run *r);
 
 /* ---- Tinode session: connect, {hi}, {login token}, then the scenario's frames ---------------- */
@@ -192,5 +194,6 @@ int qim_bench_accounts(const qim_bench_opts *o);
 int qim_bench_chat(const qim_bench_opts *o); /* p2p and group */
 int qim_bench_idle(const qim_bench_opts *o);
 int qim_bench_echo(const qim_bench_opts *o);
+int qim_bench_history(const qim_bench_opts *o);
 
 #endif /* QIM_BENCH_BENCH_H */

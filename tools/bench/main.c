@@ -23,6 +23,8 @@ static const char usage[] =
     "  idle      --users N logged-in idle connections held for --duration s\n"
     "  echo      --users C raw WebSocket connections, --window frames in flight each\n"
     "            (against bench/ws_echo; with --probe against qimd's '1' -> '0' probe)\n"
+    "  history   --users N clients page through group --topic with get data before=<random>\n"
+    "            limit=50, one page in flight each; checks every page (qim-seed --messages)\n"
     "Common options:\n"
     "  --server HOST:PORT    target, loopback only (127.x.x.x); default 127.0.0.1:6060\n"
     "  --apikey KEY          default: Tinode's demo key\n"
@@ -45,6 +47,7 @@ static const char usage[] =
     "  --count N  --prefix P (default 'bench')  --password W (default 'bench-password')\n"
     "  --first I (first index, default 0)\n"
     "echo: --users C  --window W (default 16)  --size BYTES  --probe\n"
+    "history: --users N  --topic grp…\n"
     "Output: a human summary, then one line 'RESULT scenario=… key=value …'.\n"
     "Exit status: 0 ok, 1 the run failed (see RESULT status), 2 bad usage.\n";
 
@@ -74,6 +77,7 @@ enum {
   O_FIRST,
   O_WINDOW,
   O_PROBE,
+  O_TOPIC,
   O_HELP
 };
 
@@ -102,6 +106,7 @@ static const struct option longopts[] = {{"server", 1, 0, O_SERVER},
                                          {"first", 1, 0, O_FIRST},
                                          {"window", 1, 0, O_WINDOW},
                                          {"probe", 0, 0, O_PROBE},
+                                         {"topic", 1, 0, O_TOPIC},
                                          {"help", 0, 0, O_HELP},
                                          {0, 0, 0, 0}};
 
@@ -242,6 +247,9 @@ static int parse_opt(int c, const char *v, qim_bench_opts *o) {
     case O_PROBE:
       o->probe = true;
       return 0;
+    case O_TOPIC:
+      o->topic = v;
+      return strlen(v) > 64 || strpbrk(v, " \"\\") ? bad("--topic", v) : 0;
     default:
       return -EINVAL;
   }
@@ -283,6 +291,7 @@ int main(int argc, char **argv) {
   if (strcmp(o.scenario, "p2p") == 0 || strcmp(o.scenario, "group") == 0) return qim_bench_chat(&o);
   if (strcmp(o.scenario, "idle") == 0) return qim_bench_idle(&o);
   if (strcmp(o.scenario, "echo") == 0) return qim_bench_echo(&o);
+  if (strcmp(o.scenario, "history") == 0) return qim_bench_history(&o);
   if (strcmp(o.scenario, "sync") == 0) {
     fprintf(stderr,
             "qim-bench: the sync catch-up (issue 10 item 6) is measured by "

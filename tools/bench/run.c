@@ -212,7 +212,7 @@ void qim_bench_kv_hist(qim_bench_run *r, const char *prefix, const qim_hist *h) 
 uint64_t qim_bench_errors(const qim_bench_run *r) {
   uint64_t n = 0;
   for (int c = 400; c < 1000; c++) n += r->ctrl_codes[c];
-  return n;
+  return n + r->wrong_replies;
 }
 
 static void kv_problems(qim_bench_run *r) {
@@ -229,6 +229,8 @@ static void kv_problems(qim_bench_run *r) {
       qim_bench_kv(r, k, "%llu", (unsigned long long)r->ends[w]);
     }
   if (r->bad_frames) qim_bench_kv(r, "bad_frames", "%llu", (unsigned long long)r->bad_frames);
+  if (r->wrong_replies)
+    qim_bench_kv(r, "wrong_replies", "%llu", (unsigned long long)r->wrong_replies);
   if (r->start_failures)
     qim_bench_kv(r, "start_failures", "%llu", (unsigned long long)r->start_failures);
 }

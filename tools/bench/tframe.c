@@ -148,6 +148,19 @@ int qim_tframe_sub(char *p, size_t cap, const char *id, const char *topic) {
   return done(&o);
 }
 
+int qim_tframe_get_data(char *p, size_t cap, const char *id, const char *topic, uint64_t before,
+                        uint32_t limit) {
+  out o = start(p, cap);
+  puts_(&o, "{\"get\":{\"id\":");
+  put_str(&o, id);
+  puts_(&o, ",\"topic\":");
+  put_str(&o, topic);
+  puts_(&o, ",\"what\":\"data\",\"data\":{");
+  if (before) putf(&o, "\"before\":%llu,", (unsigned long long)before);
+  putf(&o, "\"limit\":%u}}}", limit);
+  return done(&o);
+}
+
 int qim_tframe_pub(char *p, size_t cap, const qim_tframe_pub_args *a) {
   out o = start(p, cap);
   puts_(&o, "{\"pub\":{");
@@ -220,7 +233,7 @@ static void copy_str(char *dst, size_t cap, json_t *v) {
 
 static void reset(qim_tframe_msg *m) {
   memset(m, 0, sizeof *m);
-  m->seq = m->qbt = m->qbs = m->qbn = -1;
+  m->seq = m->count = m->qbt = m->qbs = m->qbn = -1;
 }
 
 static void read_ctrl(json_t *c, qim_tframe_msg *m) {
@@ -234,6 +247,8 @@ static void read_ctrl(json_t *c, qim_tframe_msg *m) {
   if (!json_is_object(params)) return;
   json_t *seq = json_object_get(params, "seq");
   if (json_is_integer(seq)) m->seq = json_integer_value(seq);
+  json_t *count = json_object_get(params, "count");
+  if (json_is_integer(count)) m->count = json_integer_value(count);
   copy_str(m->user, sizeof m->user, json_object_get(params, "user"));
   copy_str(m->token, sizeof m->token, json_object_get(params, "token"));
 }

@@ -41,6 +41,9 @@ int qim_tframe_login_basic(char *out, size_t cap, const char *id, const char *lo
 int qim_tframe_login_token(char *out, size_t cap, const char *id, const char *token);
 /* {sub} to `topic`; a name starting "new" creates a group, given a public name. */
 int qim_tframe_sub(char *out, size_t cap, const char *id, const char *topic);
+/* {get what:"data"} on `topic`: data:{before, limit}, before left out when 0. */
+int qim_tframe_get_data(char *out, size_t cap, const char *id, const char *topic, uint64_t before,
+                        uint32_t limit);
 
 /* The benchmark fields of one {pub}. */
 typedef struct qim_tframe_pub_args {
@@ -76,6 +79,7 @@ typedef struct qim_tframe_msg {
   char topic[65];        /* ctrl/data topic */
   char text[64];         /* ctrl.text (cut) */
   int64_t seq;           /* ctrl.params.seq or data.seq */
+  int64_t count;         /* ctrl.params.count (the end of a get data) */
   char user[65];         /* ctrl.params.user */
   char token[513];       /* ctrl.params.token */
   int64_t qbt, qbs, qbn; /* data.content markers */
