@@ -42,10 +42,12 @@ if [ $QUICK = 1 ]; then
   SECS=1; WARM=0.5; CURVE_SECS=1; SEARCH_STEPS=1; ACCOUNTS=40; P2P_USERS=20; P2P_START=100
   G_SMALL=10; G_LARGE=20; G_SENDERS=2; IDLE_CONNS=200; IDLE_HOLD=2; SOCK_CONNS=1000
   COMMIT_ARGS="--messages 200"; DISK_SECS=1; HISTORY_ARGS="--messages 20000 --iterations 200"
+  HISTORY_MESSAGES=20000
 else
   SECS=5; WARM=1; CURVE_SECS=10; SEARCH_STEPS=3; ACCOUNTS=1000; P2P_USERS=1000; P2P_START=500
   G_SMALL=100; G_LARGE=1000; G_SENDERS=10; IDLE_CONNS=15000; IDLE_HOLD=10; SOCK_CONNS=5000
   COMMIT_ARGS=""; DISK_SECS=3; HISTORY_ARGS=""
+  HISTORY_MESSAGES=1000000
 fi
 P99_LIMIT_MS=50      # one-to-one: the highest rate whose p99 stays within this
 GROUP_P99_LIMIT_MS=250
@@ -133,7 +135,7 @@ want sock && record sock "$BB/qim-bench-sock_cost" --conns $SOCK_CONNS --rounds 
 
 # ---- qimd ------------------------------------------------------------------------------------
 NEED_QIMD=0
-for m in p2p group idle history sync; do want $m && NEED_QIMD=1; done
+for m in p2p group idle sync; do want $m && NEED_QIMD=1; done
 if [ $NEED_QIMD = 1 ]; then
   QPORT=$(free_port)
   "$QIMD" --listen 127.0.0.1:$QPORT --data "$WORK/qimd" --log-level warn \
@@ -239,11 +241,55 @@ if want idle; then
   record idle "$QB" idle --users $IDLE_CONNS --duration $IDLE_HOLD --concurrency 200 $S
 fi
 
-# ---- 5. history (in-process; the WebSocket figure needs a qim-bench history scenario) --------
+# ---- 5. history: in-process, and over the WebSocket against a second qimd whose data
+# directory qim-seed --messages filled (one group of HISTORY_MESSAGES messages) ---------------
 if want history && [ -x "$BB/qim-bench-history" ]; then
   # shellcheck disable=SC2086
   (timeout 600 "$BB/qim-bench-history" "$WORK" $HISTORY_ARGS) > "$WORK/history.out" 2>&1 || log "history: failed"
   sed 's/^/    /' "$WORK/history.out" >&2
+  # The get data line (the request the WebSocket run makes) and the overall verdict.
+  hl=$(grep 'get data before=<random> limit=50' "$WORK/history.out" | head -1 || true)
+  if [ -n "$hl" ]; then
+    printf 'history-inproc\tqim-bench-history %s\tscenario=history-inproc messages=%s p50_us=%s p99_us=%s max_us=%s target=%s status=ok\n' \
+      "$HISTORY_ARGS" "$(sed -n 's/^qim-bench-history: \([0-9]*\) messages.*/\1/p' "$WORK/history.out")" \
+      "$(echo "$hl" | sed -n 's/.* p50 *\([0-9.]*\) us.*/\1/p')" "$(echo "$hl" | sed -n 's/.* p99 *\([0-9.]*\) us.*/\1/p')" \
+      "$(echo "$hl" | sed -n 's/.* max *\([0-9.]*\) us.*/\1/p')" \
+      "$(sed -n 's/^qim-bench-history: target .*: \([A-Za-z]*\)$/\1/p' "$WORK/history.out")" >> "$RESULTS"
+  fi
+fi
+if want history && [ -x "$BUILD/tools/qim-seed" ]; then
+  HDATA=$WORK/qimd-history
+  HPW=bench-history-password
+  log "history: qim-seed --messages $HISTORY_MESSAGES into $HDATA"
+  t0=$(date +%s.%N)
+  if timeout 300 "$BUILD/tools/qim-seed" --data "$HDATA" --count 4 --prefix hist --password $HPW \
+      --group 1 --messages "$HISTORY_MESSAGES" > "$WORK/history-seed.out" 2> "$WORK/history-seed.err"; then
+    seed_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    printf 'history-seed\tqim-seed --count 4 --group 1 --messages %s\tscenario=history-seed messages=%s seed_s=%s status=ok\n' \
+      "$HISTORY_MESSAGES" "$HISTORY_MESSAGES" "$seed_s" >> "$RESULTS"
+    HGROUP=$(sed -n 's/^group //p' "$WORK/history-seed.out")
+    HPORT=$(free_port)
+    "$QIMD" --listen 127.0.0.1:$HPORT --data "$HDATA" --log-level warn \
+      --login-rate 1000000 --login-burst 1000000 --request-rate 1000000 --request-burst 1000000 \
+      > "$WORK/qimd-history.log" 2>&1 &
+    HPID=$!; PIDS+=("$HPID")
+    for _ in $(seq 1 100); do
+      ss -Hltn "sport = :$HPORT" 2>/dev/null | grep -q . && break
+      sleep 0.1
+    done
+    HS="--server 127.0.0.1:$HPORT --server-pid $HPID --accounts $WORK/history-accounts.txt --quiet"
+    # shellcheck disable=SC2086
+    record history-accounts "$QB" accounts $HS --count 4 --prefix hist --password $HPW
+    # One page in flight (latency alone), then four (pages/s with the cores shared).
+    for c in 1 4; do
+      # shellcheck disable=SC2086
+      record "history-ws$c" "$QB" history $HS --users $c --topic "$HGROUP" --duration $SECS --warmup $WARM
+    done
+    kill "$HPID" 2>/dev/null || true; wait "$HPID" 2>/dev/null || true
+    rm -rf "$HDATA" # half a gigabyte for a million messages
+  else
+    log "history: qim-seed failed: $(tail -3 "$WORK/history-seed.err")"
+  fi
 fi
 
 # ---- 6. sync catch-up (bench/sync_catchup.js starts its own qimd on a free port) -------------

@@ -70,7 +70,7 @@ field() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 [ "$(field status)" = ok ] || fail "status is not ok"
 [ "$(field errors)" = 0 ] || fail "errors=$(field errors)"
 [ "$(field wrong_pages)" = 0 ] || fail "wrong_pages=$(field wrong_pages)"
-[ "$(field latest_seq)" = 2000 ] || fail "latest_seq=$(field latest_seq), expected 2000"
+[ "$(field newest_seq)" = 2000 ] || fail "newest_seq=$(field newest_seq), expected 2000"
 [ "$(field pages)" -gt 0 ] || fail "no pages"
 [ -n "$(field page_p99_ms)" ] && [ -n "$(field server_cpu_pct)" ] || fail "latency or server figures missing"
 echo "ok: $line"

@@ -216,7 +216,7 @@ static void report(history *h) {
   double rate = secs > 0 ? (double)h->pages / secs : 0;
   qim_bench_kv(r, "topic", "%s", h->o->topic);
   qim_bench_kv(r, "clients", "%u", h->n);
-  qim_bench_kv(r, "latest_seq", "%llu", (unsigned long long)h->latest);
+  qim_bench_kv(r, "newest_seq", "%llu", (unsigned long long)h->latest);
   qim_bench_kv(r, "page_size", "%d", PAGE);
   qim_bench_kv(r, "pages", "%llu", (unsigned long long)h->pages);
   qim_bench_kv(r, "wrong_pages", "%llu", (unsigned long long)h->wrong_pages);
