@@ -55,6 +55,8 @@ echo "| 4 | User-space bytes per idle authenticated connection ($(num "$idle_n")
 # 5: in-process (the store and history module alone) beside the WebSocket (one page in flight).
 h_in50=$(get history-inproc p50_us) h_in99=$(get history-inproc p99_us)
 h_ws50=$(get history-ws1 page_p50_ms) h_ws99=$(get history-ws1 page_p99_ms)
+# per_page CPU_PCT PAGES_PER_S: server CPU µs per page.
+per_page() { if [ -z "$1" ] || [ -z "$2" ] || [ "$2" = 0.0 ]; then echo "—"; else awk -v c="$1" -v r="$2" 'BEGIN { printf "%.0f", c * 1e4 / r }'; fi; }
 ms() { if [ -z "$1" ]; then echo "—"; else awk -v v="$1" -v d="$2" 'BEGIN { printf "%.3f", v / d }'; fi; }
 h_target=$(get history-inproc target)
 h_met=$(case "$h_target" in met) echo yes ;; MISSED) echo no ;; *) echo "—" ;; esac)
@@ -154,12 +156,15 @@ if [ -n "$(get history-ws1 status)$(get history-ws4 status)" ]; then
   echo "each; latency from the {get} to its ctrl 208, every page checked (50 {data} with the right"
   echo "seqs and content, newest first)."
   echo
-  echo "| Pages in flight | pages | pages/s | p50 ms | p90 ms | p99 ms | max ms | wrong pages | errors | server CPU % | server RSS kB |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "Server CPU per page is comparable with the in-process cpu/page above (both are CPU time,"
+  echo "not wall-clock, so other jobs on the machine do not inflate them)."
+  echo
+  echo "| Pages in flight | pages | pages/s | p50 ms | p90 ms | p99 ms | max ms | wrong pages | errors | server CPU % | server CPU µs/page | server RSS kB |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   for c in 1 4; do
     id=history-ws$c
     [ -z "$(get $id status)" ] && continue
-    echo "| $c | $(num "$(get $id pages)") | $(num "$(get $id pages_per_s)") | $(get $id page_p50_ms) | $(get $id page_p90_ms) | $(get $id page_p99_ms) | $(get $id page_max_ms) | $(get $id wrong_pages) | $(get $id errors) | $(get $id server_cpu_pct) | $(num "$(get $id server_rss_kb)") |"
+    echo "| $c | $(num "$(get $id pages)") | $(num "$(get $id pages_per_s)") | $(get $id page_p50_ms) | $(get $id page_p90_ms) | $(get $id page_p99_ms) | $(get $id page_max_ms) | $(get $id wrong_pages) | $(get $id errors) | $(get $id server_cpu_pct) | $(per_page "$(get $id server_cpu_pct)" "$(get $id pages_per_s)") | $(num "$(get $id server_rss_kb)") |"
   done
   echo
   command_line history-seed

@@ -250,8 +250,8 @@ if want history && [ -x "$BB/qim-bench-history" ]; then
   # The get data line (the request the WebSocket run makes) and the overall verdict.
   hl=$(grep 'get data before=<random> limit=50' "$WORK/history.out" | head -1 || true)
   if [ -n "$hl" ]; then
-    printf 'history-inproc\tqim-bench-history %s\tscenario=history-inproc messages=%s p50_us=%s p99_us=%s max_us=%s target=%s status=ok\n' \
-      "$HISTORY_ARGS" "$(sed -n 's/^qim-bench-history: \([0-9]*\) messages.*/\1/p' "$WORK/history.out")" \
+    printf 'history-inproc\tqim-bench-history%s\tscenario=history-inproc messages=%s p50_us=%s p99_us=%s max_us=%s target=%s status=ok\n' \
+      "${HISTORY_ARGS:+ $HISTORY_ARGS}" "$(sed -n 's/^qim-bench-history: \([0-9]*\) messages.*/\1/p' "$WORK/history.out")" \
       "$(echo "$hl" | sed -n 's/.* p50 *\([0-9.]*\) us.*/\1/p')" "$(echo "$hl" | sed -n 's/.* p99 *\([0-9.]*\) us.*/\1/p')" \
       "$(echo "$hl" | sed -n 's/.* max *\([0-9.]*\) us.*/\1/p')" \
       "$(sed -n 's/^qim-bench-history: target .*: \([A-Za-z]*\)$/\1/p' "$WORK/history.out")" >> "$RESULTS"
