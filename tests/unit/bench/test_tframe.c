@@ -103,6 +103,28 @@ static void test_session_frames_decode_on_the_gateway(void **state) {
   qim_proto_msg_free(&m);
 }
 
+static void test_get_data_decodes_on_the_gateway_with_before_and_limit(void **state) {
+  (void)state;
+  char f[512];
+  qim_proto_msg m;
+  decode_ok(f, qim_tframe_get_data(f, sizeof f, "g", "grpXYZ", 999951, 50), &m);
+  assert_int_equal(m.kind, QIM_PROTO_GET);
+  assert_string_equal(m.id, "g");
+  assert_string_equal(m.topic, "grpXYZ");
+  assert_int_equal(m.u.get.q.what, QIM_PROTO_WHAT_DATA);
+  assert_int_equal(m.u.get.q.data.before, 999951);
+  assert_int_equal(m.u.get.q.data.limit, 50);
+  assert_int_equal(m.u.get.q.data.since, 0);
+  qim_proto_msg_free(&m);
+  /* before 0 is left out: the newest messages. */
+  decode_ok(f, qim_tframe_get_data(f, sizeof f, "q", "grpXYZ", 0, 1), &m);
+  assert_int_equal(m.u.get.q.data.before, 0);
+  assert_int_equal(m.u.get.q.data.limit, 1);
+  assert_null(strstr(f, "before"));
+  qim_proto_msg_free(&m);
+  assert_int_equal(qim_tframe_get_data(f, 40, "g", "grpXYZ", 1, 50), -ENOSPC);
+}
+
 static void test_builders_report_a_short_buffer(void **state) {
   (void)state;
   char f[32];
@@ -180,10 +202,20 @@ static void test_gateway_ctrl_frames_read_code_id_topic_and_params(void **state)
   qim_free(f);
   json_decref(params);
 
+  /* The end of a get data: its count (-1 where a ctrl has none). */
+  params = json_pack("{s:s,s:i}", "what", "data", "count", 50);
+  f = qim_proto_ctrl("g", "grpX", 208, "delivered", params, 1700000000000ull, &len);
+  assert_int_equal(qim_tframe_parse(f, len, &m), 0);
+  assert_int_equal(m.code, 208);
+  assert_int_equal(m.count, 50);
+  qim_free(f);
+  json_decref(params);
+
   f = qim_proto_ctrl("x", "grpY", 429, "too many requests", NULL, 1700000000000ull, &len);
   assert_int_equal(qim_tframe_parse(f, len, &m), 0);
   assert_int_equal(m.code, 429);
   assert_string_equal(m.text, "too many requests");
+  assert_int_equal(m.count, -1);
   qim_free(f);
 }
 
@@ -210,6 +242,7 @@ int main(void) {
       cmocka_unit_test(test_pub_decodes_on_the_gateway_with_its_cmid_and_size),
       cmocka_unit_test(test_pub_without_id_or_cmid_leaves_them_out),
       cmocka_unit_test(test_session_frames_decode_on_the_gateway),
+      cmocka_unit_test(test_get_data_decodes_on_the_gateway_with_before_and_limit),
       cmocka_unit_test(test_builders_report_a_short_buffer),
       cmocka_unit_test(test_gateway_data_frame_reads_markers_on_the_fast_path),
       cmocka_unit_test(test_data_with_another_key_first_reads_the_slow_way),
