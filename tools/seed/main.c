@@ -114,6 +114,7 @@ static int make_group(qim_store *st, qim_tenant_id t, const qim_user_id *users, 
                       qim_group_id *out, char *name, size_t cap) {
   qim_group_id gid = {qim_u128_random()};
   *out = gid;
+  qim_group_id_format(gid, name, cap);
   qim_conversation_id conv = qim_group_conversation(gid);
   uint32_t member = qim_group_role_mode(QIM_GROUP_ROLE_MEMBER);
   qim_store_conv_create_req cr = {.conv = {.tenant_id = t,
@@ -135,7 +136,6 @@ static int make_group(qim_store *st, qim_tenant_id t, const qim_user_id *users, 
       .tenant_id = t, .conversation_id = conv, .changes = ch, .change_count = n - 1};
   rc = QIM_STORE_SYNC(st, conversations.members_change, &mr);
   qim_free(ch);
-  qim_group_id_format(gid, name, cap);
   return rc;
 }
 
@@ -216,7 +216,10 @@ int main(int argc, char **argv) {
     printf("%s %s\n", login, name);
     users[made++] = u;
   }
-  if (rc == 0 && o.group) {
+  if (rc == 0 && o.group && made == 0) {
+    fprintf(stderr, "qim-seed: no new account to own a group: none made\n");
+    rc = -EEXIST;
+  } else if (rc == 0 && o.group) {
     char gname[QIM_TOPIC_NAME_CAP];
     qim_group_id gid;
     rc = make_group(st, t, users, made, &gid, gname, sizeof gname);
