@@ -593,7 +593,29 @@ SQ_OPS(SQ_SUBMIT_)
 
 /* ---- connections and lifecycle ------------------------------------------------------------ */
 
+/*
+ * Process-wide SQLite settings, made once before the library initializes. Memory
+ * statistics cost a global mutex around every sqlite3_malloc/free (the writer's hottest
+ * lock after its own queue); nothing here reads them. If something else already
+ * initialized SQLite, sqlite3_config refuses (SQLITE_MISUSE) and the defaults stay:
+ * slower, never wrong.
+ */
+static pthread_once_t sqlite_once = PTHREAD_ONCE_INIT;
+
+static void sqlite_global_init(void) {
+  sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+  sqlite3_initialize();
+}
+
+/* Per-connection tuning (see docs/store.md, "Costs on this machine"). Readers map the
+ * database file, so a page that is not in the WAL costs no pread; their page cache is
+ * emptied by every commit anyway (WAL), so it stays small. The writer keeps its cache
+ * across commits: a bigger one saves re-reading hot index pages. */
+#define READER_PRAGMAS "PRAGMA mmap_size=268435456; PRAGMA temp_store=MEMORY;"
+#define WRITER_PRAGMAS "PRAGMA cache_size=-16384; PRAGMA temp_store=MEMORY;"
+
 static int conn_open(sq_store *st, sq_conn *c, bool writer) {
+  pthread_once(&sqlite_once, sqlite_global_init);
   memset(c, 0, sizeof *c);
   c->st = st;
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (writer ? SQLITE_OPEN_CREATE : 0);
@@ -609,8 +631,8 @@ static int conn_open(sq_store *st, sq_conn *c, bool writer) {
   sqlite3_busy_timeout(c->db, BUSY_TIMEOUT_MS);
   char *err = NULL;
   const char *pragmas = writer ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-                                 "PRAGMA secure_delete=ON; PRAGMA foreign_keys=ON;"
-                               : "PRAGMA secure_delete=ON; PRAGMA query_only=ON;";
+                                 "PRAGMA secure_delete=ON; PRAGMA foreign_keys=ON;" WRITER_PRAGMAS
+                               : "PRAGMA secure_delete=ON; PRAGMA query_only=ON;" READER_PRAGMAS;
   rc = sqlite3_exec(c->db, pragmas, NULL, NULL, &err);
   if (rc == SQLITE_OK && writer && st->max_page_count > 0) {
     char sql[64];
