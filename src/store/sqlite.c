@@ -356,8 +356,12 @@ static int queue_push(sq_store *st, sq_queue *q, qim_store_req *r) {
     q->head = r;
   q->tail = r;
   q->count++;
-  pthread_cond_signal(&q->cv);
+  /* A consumer that is busy will find the request when it comes back: only a sleeping
+   * one is woken, and after the unlock, so it does not wake straight into our mutex.
+   * (Submitting while the store closes is not allowed, so the queue outlives this.) */
+  bool wake = q->waiting > 0;
   pthread_mutex_unlock(&q->mu);
+  if (wake) pthread_cond_signal(&q->cv);
   return 0;
 }
 
@@ -367,6 +371,7 @@ static size_t queue_take(sq_queue *q, uint32_t max, qim_store_req **out, int tim
                          bool *timed_out) {
   *timed_out = false;
   pthread_mutex_lock(&q->mu);
+  q->waiting++;
   if (!q->head && !q->closing && timeout_ms >= 0) {
     struct timespec ts = qim_deadline_after_ms(CLOCK_REALTIME, timeout_ms);
     while (!q->head && !q->closing)
@@ -374,6 +379,7 @@ static size_t queue_take(sq_queue *q, uint32_t max, qim_store_req **out, int tim
     *timed_out = !q->head && !q->closing;
   }
   while (!q->head && !q->closing && timeout_ms < 0) pthread_cond_wait(&q->cv, &q->mu);
+  q->waiting--;
   qim_store_req *head = q->head, *last = NULL, *r = head;
   size_t n = 0;
   while (r && n < max) last = r, r = r->next_, n++;
