@@ -601,8 +601,8 @@ SQ_OPS(SQ_SUBMIT_)
 
 /*
  * Process-wide SQLite settings, made once before the library initializes. Memory
- * statistics cost a global mutex around every sqlite3_malloc/free (the writer's hottest
- * lock after its own queue); nothing here reads them. If something else already
+ * statistics cost a global mutex around every sqlite3_malloc/free, taken by the writer
+ * and every reader; nothing here reads them. If something else already
  * initialized SQLite, sqlite3_config refuses (SQLITE_MISUSE) and the defaults stay:
  * slower, never wrong.
  */
@@ -613,17 +613,13 @@ static void sqlite_global_init(void) {
   sqlite3_initialize();
 }
 
-/* Per-connection tuning (see docs/store.md, "Costs on this machine"). Readers map the
- * database file, so a page that is not in the WAL costs no pread; their page cache is
- * emptied by every commit anyway (WAL), so it stays small. The writer keeps its cache
- * across commits: a bigger one saves re-reading hot index pages. */
 /*
  * "unix-excl": the first connection takes one POSIX lock on the whole file for the process,
  * and the WAL index lives in this process's heap instead of a mapped -shm file. Every WAL
  * read or write lock is then a memory operation: with the default VFS each transaction made
- * two to four fcntl calls (~29 per message in the commit bench). Other processes can no
- * longer open the database while qimd runs, which DESIGN.md already assumes (one node owns
- * its store); after a crash the next open rebuilds the index from the WAL as before.
+ * two to four fcntl calls (~29 per message in the commit bench). The price: no other
+ * process can open the database while the store is open (tools read it once qimd has
+ * stopped); after a crash the next open rebuilds the index from the WAL as before.
  * A default VFS other than the stock "unix" (a test's fault-injecting shim) is kept.
  */
 static const char *store_vfs(void) {
@@ -632,8 +628,12 @@ static const char *store_vfs(void) {
   return stock && sqlite3_vfs_find("unix-excl") ? "unix-excl" : NULL;
 }
 
+/* Per-connection tuning (docs/store.md, "Costs on this machine"). Readers map the database
+ * file, so a page that is not in the WAL costs no pread: their page cache is emptied by
+ * every commit (WAL), so a bigger cache would not help them. The writer's cache is kept at
+ * SQLite's default: a bigger one measured more instructions per message. */
 #define READER_PRAGMAS "PRAGMA mmap_size=268435456; PRAGMA temp_store=MEMORY;"
-#define WRITER_PRAGMAS "PRAGMA cache_size=-16384; PRAGMA temp_store=MEMORY;"
+#define WRITER_PRAGMAS "PRAGMA temp_store=MEMORY;"
 
 static int conn_open(sq_store *st, sq_conn *c, bool writer) {
   pthread_once(&sqlite_once, sqlite_global_init);
