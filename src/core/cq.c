@@ -7,16 +7,22 @@
  * callback, which is why the items live in our own list rather than in the handle.
  * Blocking queues wake a waiter through a condition variable.
  *
- * Lifetime race worth knowing: a poster appends an item and then wakes the owner. If it
- * woke the owner after unlocking, the owner could run the item, free the queue and the
- * poster would then touch freed memory. So the wakeup happens while the mutex is held,
- * and qim_cq_free takes the mutex once before destroying anything: when the owner has
- * seen an item, its poster is done with the queue.
+ * Wake-ups are the expensive part on a VM (a futex wake, then a schedule). A poster only
+ * signals a blocking queue whose owner is actually waiting (`waiting`, read under the
+ * lock), and it signals after unlocking: signalled under the lock, the woken owner would
+ * at once block again on the mutex the poster still holds (two more futex calls).
+ *
+ * Lifetime race worth knowing: a poster that wakes the owner after unlocking could find
+ * the queue freed meanwhile (the owner saw the item, ran it and freed the queue). So a
+ * poster counts itself in `posting` under the lock and out (release) once its wake-up is
+ * done, and qim_cq_free waits for that count to reach zero before destroying anything.
  */
 #include "qim/cq.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <time.h>
 
@@ -30,7 +36,9 @@ struct qim_cq {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CQ_BLOCKING: signalled on post */
   qim_cq_item *head, *tail;
-  uv_async_t async; /* CQ_LOOP */
+  uint32_t waiting;    /* CQ_BLOCKING: owner inside qim_cq_wait (under mu) */
+  atomic_uint posting; /* posters between their append and the end of their wake-up */
+  uv_async_t async;    /* CQ_LOOP */
 };
 
 /* Takes the whole list; the caller runs it outside the lock (a callback may post). */
@@ -102,12 +110,16 @@ void qim_cq_post_chain(qim_cq *cq, qim_cq_item *first, qim_cq_item *last) {
   else
     cq->head = first;
   cq->tail = last;
-  /* Wake while holding the lock: see the lifetime note at the top of the file. */
+  bool wake = cq->kind == CQ_LOOP || cq->waiting > 0;
+  if (wake) atomic_fetch_add_explicit(&cq->posting, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&cq->mu);
+  if (!wake) return;
+  /* See the lifetime note at the top of the file. */
   if (cq->kind == CQ_LOOP)
-    uv_async_send(&cq->async);
+    uv_async_send(&cq->async); /* libuv writes its eventfd only when not already pending */
   else
     pthread_cond_signal(&cq->cv);
-  pthread_mutex_unlock(&cq->mu);
+  atomic_fetch_sub_explicit(&cq->posting, 1, memory_order_release);
 }
 
 void qim_cq_post(qim_cq *cq, qim_cq_item *it) {
@@ -126,8 +138,10 @@ int qim_cq_drain(qim_cq *cq) {
 
 int qim_cq_wait(qim_cq *cq, int timeout_ms) {
   if (cq->kind != CQ_BLOCKING) return -EINVAL;
-  struct timespec until = timeout_ms >= 0 ? qim_deadline_after_ms(CLOCK_REALTIME, timeout_ms) : (struct timespec){0};
+  struct timespec until =
+      timeout_ms >= 0 ? qim_deadline_after_ms(CLOCK_REALTIME, timeout_ms) : (struct timespec){0};
   pthread_mutex_lock(&cq->mu);
+  cq->waiting++;
   while (!cq->head) {
     if (timeout_ms < 0) {
       pthread_cond_wait(&cq->cv, &cq->mu);
@@ -135,6 +149,7 @@ int qim_cq_wait(qim_cq *cq, int timeout_ms) {
       break;
     }
   }
+  cq->waiting--;
   qim_cq_item *it = cq->head;
   cq->head = cq->tail = NULL;
   pthread_mutex_unlock(&cq->mu);
@@ -151,10 +166,11 @@ static void on_async_closed(uv_handle_t *h) {
 void qim_cq_free(qim_cq *cq) {
   if (!cq) return;
   /* Items still queued belong to finished operations: run them rather than lose them.
-   * Taking the lock also waits out a poster that is still inside qim_cq_post. */
+   * Taking the lock waits out a poster still appending; `posting` one still waking. */
   qim_cq_drain(cq);
   pthread_mutex_lock(&cq->mu);
   pthread_mutex_unlock(&cq->mu);
+  while (atomic_load_explicit(&cq->posting, memory_order_acquire) > 0) sched_yield();
   if (cq->kind == CQ_LOOP) {
     /* The memory must outlive the handle: libuv frees it in the close callback. */
     uv_close((uv_handle_t *)&cq->async, on_async_closed);

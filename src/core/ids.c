@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,11 +51,38 @@ static void sodium_start(void) {
   if (sodium_init() < 0) abort();
 }
 
+/*
+ * Ids are cut from a per-thread buffer filled from the OS CSPRNG (libsodium's
+ * randombytes_buf, a getrandom call): one system call per RANDOM_POOL bytes instead of one
+ * per id, which on a VM is a measurable share of a message (a TraceId per request). The
+ * bytes are as unpredictable as before; a slice is wiped once handed out, so the buffer
+ * never holds an id that was already given. qimd never forks, so no two processes share
+ * a buffer.
+ */
+#define RANDOM_POOL 512
+
+static _Thread_local struct {
+  uint8_t b[RANDOM_POOL];
+  size_t used; /* bytes already handed out */
+  bool filled;
+} pool;
+
+static void random_bytes(uint8_t *out, size_t n) {
+  if (!pool.filled || pool.used + n > RANDOM_POOL) {
+    pthread_once(&sodium_once, sodium_start);
+    randombytes_buf(pool.b, RANDOM_POOL);
+    pool.used = 0;
+    pool.filled = true;
+  }
+  memcpy(out, pool.b + pool.used, n);
+  sodium_memzero(pool.b + pool.used, n);
+  pool.used += n;
+}
+
 /* 16 random bytes, never all zero (a zero id means "absent" in several places). */
 static void random16(uint8_t out[16]) {
-  pthread_once(&sodium_once, sodium_start);
   static const uint8_t zero[16];
-  do randombytes_buf(out, 16);
+  do random_bytes(out, 16);
   while (memcmp(out, zero, 16) == 0);
 }
 

@@ -43,6 +43,7 @@ typedef struct mb_pool {
   pthread_mutex_t mu;
   pthread_cond_t cv;     /* work queued, a task finished, stopping */
   mb_task *head;
+  uint32_t cancelling; /* threads inside qim__mb_pool_cancel, waiting on cv */
   bool stopping;
   mb_worker *workers;
   uint32_t count;

@@ -25,15 +25,22 @@ uint64_t qim__mb_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Inserts `t` by due time, after tasks due at the same time (FIFO among equals). Holds mu. */
-static void enqueue(mb_pool *p, mb_task *t, uint64_t due) {
+/* Inserts `t` by due time, after tasks due at the same time (FIFO among equals), and wakes a
+ * worker when `wake` (a worker putting back its own task needs no other). Holds mu. */
+static void enqueue(mb_pool *p, mb_task *t, uint64_t due, bool wake) {
   t->due_ns = due;
   t->queued = true;
   mb_task **pp = &p->head;
   while (*pp && (*pp)->due_ns <= due) pp = &(*pp)->next;
   t->next = *pp;
   *pp = t;
-  pthread_cond_broadcast(&p->cv);
+  /* One task needs one worker: waking all of them (a herd of futex wake-ups, each worker
+   * then queueing on mu) was most of the idle workers' time. A canceller waits on the same
+   * cv and could swallow a single signal, so while one waits everybody is woken. */
+  if (p->cancelling)
+    pthread_cond_broadcast(&p->cv);
+  else if (wake)
+    pthread_cond_signal(&p->cv);
 }
 
 static void dequeue(mb_pool *p, mb_task *t) {
@@ -55,7 +62,7 @@ void qim__mb_pool_kick(mb_pool *p, mb_task *t) {
     /* A task already due keeps its place: moving it behind the other due tasks at every
      * kick would starve a lane that is kicked often (each fanout batch kicks it). */
     if (t->queued) dequeue(p, t);
-    enqueue(p, t, now);
+    enqueue(p, t, now, true);
   }
   pthread_mutex_unlock(&p->mu);
 }
@@ -69,7 +76,9 @@ void qim__mb_pool_cancel(mb_pool *p, mb_task *t) {
     if (t->queued) dequeue(p, t);
     t->kick = false;
     if (!t->running) break;
+    p->cancelling++;
     pthread_cond_wait(&p->cv, &p->mu);
+    p->cancelling--;
   }
   pthread_mutex_unlock(&p->mu);
 }
@@ -88,9 +97,11 @@ static void run_task(mb_pool *p, mb_task *t, mb_worker *w) {
   pthread_mutex_lock(&p->mu);
   if (oneshot) return; /* a job may have freed itself */
   t->running = false;
-  if (t->kick || delay >= 0) enqueue(p, t, qim__mb_now_ns() + (t->kick ? 0 : (uint64_t)delay * 1000000u));
+  /* This worker loops back to the queue at once and takes or waits for the head itself. */
+  if (t->kick || delay >= 0)
+    enqueue(p, t, qim__mb_now_ns() + (t->kick ? 0 : (uint64_t)delay * 1000000u), false);
   t->kick = false;
-  pthread_cond_broadcast(&p->cv); /* qim__mb_pool_cancel waits for running to drop */
+  if (p->cancelling) pthread_cond_broadcast(&p->cv); /* it waits for running to drop */
 }
 
 static void *worker_main(void *arg) {
@@ -158,7 +169,8 @@ void qim__mb_pool_stop(mb_pool *p) {
   pthread_mutex_destroy(&p->mu);
 }
 
-/* ---- store calls from a worker ------------------------------------------------------------------ */
+/* ---- store calls from a worker ------------------------------------------------------------------
+ */
 
 static void req_done(qim_store_req *r) {
   mb_worker *w = r->data;

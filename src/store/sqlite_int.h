@@ -115,6 +115,7 @@ typedef struct sq_queue {
   pthread_cond_t cv;
   qim_store_req *head, *tail;
   uint32_t count, cap;
+  uint32_t waiting; /* consumer threads blocked in queue_take */
   bool closing;
 } sq_queue;
 
