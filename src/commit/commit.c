@@ -30,6 +30,7 @@ void qim_commit_config_default(qim_commit_config *cfg) {
   cfg->retry_max_ms = 30000;
   cfg->verify_outbox = true;
   cfg->outbox_pipeline = 32;
+  cfg->commit_in_reserve = true;
 }
 
 /* ---- small helpers ------------------------------------------------------------- */

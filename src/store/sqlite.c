@@ -125,6 +125,10 @@ static void release_used(sq_conn *c) {
   c->used_overflow = false;
 }
 
+void sq_reset_used(sq_conn *c) {
+  release_used(c);
+}
+
 static void cache_free(sq_conn *c) {
   for (size_t i = 0; i < c->slot_cap; i++)
     if (c->slots[i].sql) sqlite3_finalize(c->slots[i].st);

@@ -287,6 +287,8 @@ typedef struct fx {
   qim_commit_config cfg;
   qim_commit *commit;
   qim_tenant_id tenant;
+  void (*before_commit)(void *ctx); /* store test hook before each durable COMMIT, or NULL */
+  void *before_commit_ctx;
 } fx;
 
 static FX_UNUSED void fx_config(qim_commit_config *cfg) {
@@ -298,7 +300,9 @@ static FX_UNUSED void fx_config(qim_commit_config *cfg) {
 }
 
 static FX_UNUSED void fx_open_store(fx *f) {
-  qim_store_options opt = {.shards = {.shard_count = 4, .lanes_per_shard = 2}};
+  qim_store_options opt = {.shards = {.shard_count = 4, .lanes_per_shard = 2},
+                           .before_commit = f->before_commit,
+                           .hook_ctx = f->before_commit_ctx};
   qim_store *real = NULL;
   int rc = qim_store_open(f->url, &opt, &real);
   if (rc != 0) {
@@ -331,6 +335,15 @@ static FX_UNUSED void fx_open(fx *f, const qim_commit_config *cfg) {
   f->tenant.v = (qim_u128){0, 7};
   fx_open_store(f);
   fx_start_commit(f);
+}
+
+/* fx_open with every send on the staged path (commit_in_reserve off): one store call per
+ * state, so a hook can fail or kill between the steps. */
+static FX_UNUSED void fx_open_staged(fx *f) {
+  qim_commit_config cfg;
+  fx_config(&cfg);
+  cfg.commit_in_reserve = false;
+  fx_open(f, &cfg);
 }
 
 /* Destroys the commit and closes the store, keeping the files (a restart). */

@@ -246,7 +246,7 @@ static int block_before(hook_store *h, const char *op, qim_store_req *req) {
 static void test_failing_intent_holds_back_only_its_conversation(void **state) {
   (void)state;
   fx f;
-  fx_open(&f, NULL);
+  fx_open_staged(&f);
   qim_user_id a = fx_user(1), b = fx_user(2), c = fx_user(3);
   qim_conversation_id conv = fx_direct(&f, a, b), other = fx_direct(&f, a, c);
   blocker bl = {.cmid = fx_cmid(1), .on = 1};
