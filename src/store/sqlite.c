@@ -612,8 +612,13 @@ static int conn_open(sq_store *st, sq_conn *c, bool writer) {
   sqlite3_extended_result_codes(c->db, 1);
   sqlite3_busy_timeout(c->db, BUSY_TIMEOUT_MS);
   char *err = NULL;
+  /* temp_store=MEMORY on the writer keeps the savepoints' statement journal in memory: it
+   * holds one operation's pages at most (RELEASE empties it), and an operation touching
+   * more than 16 pages (the one-transaction commit) would otherwise spill it to a temp file
+   * and write every page it saves, for the rest of the transaction. */
   const char *pragmas = writer ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
                                  "PRAGMA secure_delete=ON; PRAGMA foreign_keys=ON;"
+                                 "PRAGMA temp_store=MEMORY;"
                                : "PRAGMA secure_delete=ON; PRAGMA query_only=ON;";
   rc = sqlite3_exec(c->db, pragmas, NULL, NULL, &err);
   if (rc == SQLITE_OK && writer && st->max_page_count > 0) {
