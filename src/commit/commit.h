@@ -214,6 +214,7 @@ typedef struct qim_commit_stats {
   uint64_t sends, acks, fresh, existing, replayed, refused;
   uint64_t step_failures, step_retries, order_conflicts, drains, adopted, recovered;
   uint64_t invariant_violations, forgotten, rate_limited;
+  uint64_t committed_in_reserve; /* of `fresh`: committed in the reserve's own transaction */
   uint64_t live_entries;      /* intents driven right now */
 } qim_commit_stats;
 

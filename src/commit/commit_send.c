@@ -468,6 +468,7 @@ static void reserve_committed_here(qim__commit_send *x, qim__commit_entry *e,
                                    const qim_store_intent_reserve_req *q) {
   qim_commit *c = x->c;
   QIM__COUNT(c, fresh);
+  QIM__COUNT(c, committed_in_reserve);
   qim__pending_remove(e->conv, e);
   if (!e->reserved) e->intent.coordinates = q->out.committed.coordinates;
   e->reserved = true;

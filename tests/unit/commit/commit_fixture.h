@@ -601,6 +601,30 @@ static FX_UNUSED qim_message_coordinates fx_wait_committed(fx *f, const qim_comm
   return lc.committed.coordinates;
 }
 
+/* A thread sending `count` messages one after another (sync), cmids from cmid_base; with
+ * `text` every message is that text under cmid_base (a retried key). */
+typedef struct fx_sender {
+  fx *f;
+  qim_conversation_id conv;
+  qim_user_id user;
+  int count;
+  uint64_t cmid_base;
+  const char *text;       /* NULL: a distinct text per message */
+  qim_commit_result *results;
+} fx_sender;
+
+static FX_UNUSED void *fx_send_many(void *arg) {
+  fx_sender *s = arg;
+  for (int i = 0; i < s->count; i++) {
+    char text[64];
+    snprintf(text, sizeof text, "m%llu", (unsigned long long)(s->cmid_base + (uint64_t)i));
+    qim_authenticated_send m = fx_send(s->f, s->user, s->conv, s->cmid_base + (uint64_t)(s->text ? 0 : i),
+                                       s->text ? s->text : text);
+    qim_commit_send_sync(s->f->commit, &m, &s->results[i]);
+  }
+  return NULL;
+}
+
 /* History records of a conversation as seen by `viewer`, oldest first (up to cap). */
 static FX_UNUSED size_t fx_history(fx *f, qim_conversation_id conv, qim_user_id viewer, qim_message_record **out) {
   qim_store_record_query_req r;
