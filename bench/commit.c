@@ -243,13 +243,15 @@ static int run(const opts *o, const char *label) {
   qim_commit_get_stats(e.commit, &cs);
   printf("commit %-14s senders=%d inflight=%d conversations=%d sends=%zu retries=%llu  "
          "sends/s=%.0f  p50=%.2fms p99=%.2fms  txn/send=%.3f fsync/send=%.3f  "
-         "errors=%llu retry_seq_mismatch=%llu fresh=%llu replayed=%llu existing=%llu\n",
+         "errors=%llu retry_seq_mismatch=%llu fresh=%llu replayed=%llu existing=%llu "
+         "in_reserve=%llu ops/send=%.2f\n",
          label, o->senders, o->inflight, o->conversations, total, (unsigned long long)retries,
          (double)total / secs, (double)pct(lat, k, 0.50) / 1e6, (double)pct(lat, k, 0.99) / 1e6,
          (double)(st1.transactions - st0.transactions) / (double)total,
          (double)(st1.fsyncs - st0.fsyncs) / (double)total, (unsigned long long)errors,
          (unsigned long long)mismatch, (unsigned long long)cs.fresh, (unsigned long long)cs.replayed,
-         (unsigned long long)cs.existing);
+         (unsigned long long)cs.existing, (unsigned long long)cs.committed_in_reserve,
+         (double)(st1.operations - st0.operations) / (double)total);
   fflush(stdout);
   for (int i = 0; i < o->senders; i++) {
     qim_cq_free(ss[i].cq);

@@ -100,6 +100,10 @@ int qim_committed_envelope_decode(const uint8_t *p, size_t n, qim_committed_enve
 void qim_committed_envelope_free(qim_committed_envelope *e);
 void qim_committed_envelope_copy(qim_committed_envelope *dst, const qim_committed_envelope *src);
 int qim_committed_envelope_equal(const qim_committed_envelope *a, const qim_committed_envelope *b);
+/* The read-back check of a commit (seed 004 §2): env->record == env->intent.record, and it
+ * is the message `in` holds (same id, seq, cmid; the same record unless its state changed
+ * since, e.g. an edit or delete reached it before the commit finished). */
+bool qim_committed_envelope_matches(const qim_committed_envelope *env, const qim_commit_intent *in);
 /* The dispatch log payload. */
 int qim_group_dispatch_encode(const qim_group_dispatch *d, qim_bytes *out);
 int qim_group_dispatch_decode(const uint8_t *p, size_t n, qim_group_dispatch *dst);

@@ -30,6 +30,7 @@ void qim_commit_config_default(qim_commit_config *cfg) {
   cfg->retry_max_ms = 30000;
   cfg->verify_outbox = true;
   cfg->outbox_pipeline = 32;
+  cfg->commit_in_reserve = true;
 }
 
 /* ---- small helpers ------------------------------------------------------------- */
@@ -350,6 +351,7 @@ void qim_commit_get_stats(qim_commit *c, qim_commit_stats *o) {
   o->invariant_violations = atomic_load(&c->n.invariant_violations);
   o->forgotten = atomic_load(&c->n.forgotten);
   o->rate_limited = atomic_load(&c->n.rate_limited);
+  o->committed_in_reserve = atomic_load(&c->n.committed_in_reserve);
   pthread_mutex_lock(&c->mu);
   o->live_entries = c->live;
   pthread_mutex_unlock(&c->mu);

@@ -51,7 +51,12 @@ typedef struct qim_commit_config {
   uint32_t retry_base_ms, retry_max_ms; /* backoff of a failing step: base·2^n capped (100, 30000) */
   bool verify_outbox;            /* read each publication back: envelope.record == intent.record (true) */
   uint32_t outbox_pipeline;      /* OUTBOXED steps of one conversation in flight at once (32) */
-  /* A wake-up hint, called (on a commit worker thread, outside the commit's lock) each time an
+  /* Ask the store to commit a fresh send in its reserve transaction when nothing earlier in
+   * its conversation is unpublished (intents.reserve `commit`): one durable transaction
+   * instead of four. Off: every send takes the staged steps (true) */
+  bool commit_in_reserve;
+  /* A wake-up hint, called (on a commit worker thread, or on the sender's queue for a send
+   * committed in its reserve; outside the commit's lock) each time an
    * intent's outbox record has become durable — before the ACK, so the outbox's consumer can
    * start at once instead of at its next poll. It carries no data: the consumer reads the
    * outbox log as always. Must be quick and must not call into the commit. NULL: none. */
@@ -209,6 +214,7 @@ typedef struct qim_commit_stats {
   uint64_t sends, acks, fresh, existing, replayed, refused;
   uint64_t step_failures, step_retries, order_conflicts, drains, adopted, recovered;
   uint64_t invariant_violations, forgotten, rate_limited;
+  uint64_t committed_in_reserve; /* of `fresh`: committed in the reserve's own transaction */
   uint64_t live_entries;      /* intents driven right now */
 } qim_commit_stats;
 

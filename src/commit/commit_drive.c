@@ -347,26 +347,12 @@ static void advance_done(qim_store_req *r) {
   if (outboxed && c->cfg.on_outboxed) c->cfg.on_outboxed(c->cfg.hook_ctx);
 }
 
-/* envelope.record == envelope.intent.record (seed 004 §2), and it is the record this
- * intent holds. A record whose state changed since (an edit or delete reached it before
- * the commit finished) must still be the same message. */
-static bool envelope_matches(const qim_committed_envelope *env, const qim_commit_intent *in) {
-  const qim_message_record *a = &env->record, *b = &in->record;
-  if (!qim_message_record_equal(a, &env->intent.record)) return false;
-  if (memcmp(a->coordinates.message_id.b, b->coordinates.message_id.b, 16) != 0 ||
-      a->coordinates.conversation_seq != in->coordinates.conversation_seq ||
-      memcmp(a->client_message_id.b, b->client_message_id.b, 16) != 0 ||
-      memcmp(env->intent.key.client_message_id.b, in->key.client_message_id.b, 16) != 0)
-    return false;
-  return a->state != QIM_MESSAGE_STATE_NORMAL || qim_message_record_equal(a, b);
-}
-
 static void verify(qim_commit *c, qim__commit_entry *e, qim_store_log_read_req *q) {
   qim_committed_envelope env;
   memset(&env, 0, sizeof env);
   bool ok = q->out_count >= 1 && q->out_records[0].offset == e->position.offset &&
             qim_committed_envelope_decode(q->out_records[0].payload.p, q->out_records[0].payload.n, &env) == 0 &&
-            envelope_matches(&env, &e->intent);
+            qim_committed_envelope_matches(&env, &e->intent);
   qim_committed_envelope_free(&env);
   if (ok) {
     e->verified = true;

@@ -170,7 +170,7 @@ struct qim__commit_pass {
 typedef struct qim__commit_counters {
   _Atomic uint64_t sends, acks, fresh, existing, replayed, refused;
   _Atomic uint64_t step_failures, step_retries, order_conflicts, drains, adopted, recovered;
-  _Atomic uint64_t invariant_violations, forgotten, rate_limited;
+  _Atomic uint64_t invariant_violations, forgotten, rate_limited, committed_in_reserve;
 } qim__commit_counters;
 
 struct qim_commit {

@@ -315,6 +315,8 @@ static void send_reserve(qim__commit_send *x) {
   memset(q, 0, sizeof *q);
   prep(x, reserve_done);
   q->proposal = &x->proposal;
+  q->commit = c->cfg.commit_in_reserve;
+  q->now = qim__wall_ms(c);
   int rc = c->store->vt->intents.reserve(c->store, q);
   if (rc < 0) {
     qim__commit_conv *cv = e->conv;
@@ -458,6 +460,36 @@ static void reserve_held(qim__commit_send *x, qim__commit_entry *e, qim_store_in
   qim__entry_drive(c, e);
 }
 
+/* c->mu held. The store committed the fresh key in the reserve's own transaction (nothing
+ * earlier in the conversation was unpublished, store.h): no step is left. The entry never
+ * joins the ready list or takes an outbox slot; leaving the pending list lets later
+ * intents of the conversation, which the writer ordered after it, move on. */
+static void reserve_committed_here(qim__commit_send *x, qim__commit_entry *e,
+                                   const qim_store_intent_reserve_req *q) {
+  qim_commit *c = x->c;
+  QIM__COUNT(c, fresh);
+  QIM__COUNT(c, committed_in_reserve);
+  qim__pending_remove(e->conv, e);
+  if (!e->reserved) e->intent.coordinates = q->out.committed.coordinates;
+  e->reserved = true;
+  e->state = QIM_COMMIT_STATE_COMMITTED;
+  e->position = q->out_position;
+  e->has_position = true;
+  x->outcome = QIM_RESERVE_RESULT_FRESH;
+  x->wnext = e->waiters;
+  e->waiters = x;
+  char extra[80];
+  snprintf(extra, sizeof extra, "kind=fresh order=%llu in_reserve=1 offset=%llu",
+           (unsigned long long)q->out_order, (unsigned long long)q->out_position.offset);
+  qim__entry_log(e, "commit.reserved", extra);
+  /* The steps happened, inside the reserve: their lines keep a trace readable either way. */
+  qim__entry_log(e, "commit.recorded", NULL);
+  snprintf(extra, sizeof extra, "offset=%llu", (unsigned long long)q->out_position.offset);
+  qim__entry_log(e, "commit.outboxed", extra);
+  qim__entry_log(e, "commit.verified", NULL);
+  qim__entry_drive(c, e); /* Committed: completes the waiters and frees the entry */
+}
+
 static void reserve_done(qim_store_req *r) {
   qim__commit_send *x = r->data;
   qim_commit *c = x->c;
@@ -466,8 +498,11 @@ static void reserve_done(qim_store_req *r) {
   qim__commit_entry *e = x->entry;
   qim__commit_conv *cv = e->conv;
   e->reserving = false;
+  bool here = r->status == 0 && q->out_committed_here;
   if (r->status < 0)
     reserve_failed(x, e, r->status);
+  else if (here)
+    reserve_committed_here(x, e, q);
   else if (q->out.kind == QIM_RESERVE_RESULT_COMMITTED)
     reserve_replayed(x, e, &q->out.committed);
   else
@@ -475,6 +510,8 @@ static void reserve_done(qim_store_req *r) {
   qim__conv_kick(c, cv);
   qim__conv_maybe_free(c, cv);
   pthread_mutex_unlock(&c->mu);
+  /* The outbox record is durable: wake its consumer now (as advance_done does). */
+  if (here && c->cfg.on_outboxed) c->cfg.on_outboxed(c->cfg.hook_ctx);
 }
 
 /* ---- entry points -------------------------------------------------------------------- */

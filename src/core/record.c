@@ -173,6 +173,17 @@ int qim_committed_envelope_equal(const qim_committed_envelope *a, const qim_comm
   return qim_commit_intent_equal(&a->intent, &b->intent) && qim_message_record_equal(&a->record, &b->record);
 }
 
+bool qim_committed_envelope_matches(const qim_committed_envelope *env, const qim_commit_intent *in) {
+  const qim_message_record *a = &env->record, *b = &in->record;
+  if (!qim_message_record_equal(a, &env->intent.record)) return false;
+  if (memcmp(a->coordinates.message_id.b, b->coordinates.message_id.b, 16) != 0 ||
+      a->coordinates.conversation_seq != in->coordinates.conversation_seq ||
+      memcmp(a->client_message_id.b, b->client_message_id.b, 16) != 0 ||
+      memcmp(env->intent.key.client_message_id.b, in->key.client_message_id.b, 16) != 0)
+    return false;
+  return a->state != QIM_MESSAGE_STATE_NORMAL || qim_message_record_equal(a, b);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------ */
 
 void qim_group_dispatch_free(qim_group_dispatch *d) {

@@ -125,6 +125,10 @@ static void release_used(sq_conn *c) {
   c->used_overflow = false;
 }
 
+void sq_reset_used(sq_conn *c) {
+  release_used(c);
+}
+
 static void cache_free(sq_conn *c) {
   for (size_t i = 0; i < c->slot_cap; i++)
     if (c->slots[i].sql) sqlite3_finalize(c->slots[i].st);
@@ -651,6 +655,10 @@ static int conn_open(sq_store *st, sq_conn *c, bool writer) {
   sqlite3_extended_result_codes(c->db, 1);
   sqlite3_busy_timeout(c->db, BUSY_TIMEOUT_MS);
   char *err = NULL;
+  /* temp_store=MEMORY on the writer keeps the savepoints' statement journal in memory: it
+   * holds one operation's pages at most (RELEASE empties it), and an operation touching
+   * more than 16 pages (the one-transaction commit) would otherwise spill it to a temp file
+   * and write every page it saves, for the rest of the transaction. */
   const char *pragmas = writer ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
                                  "PRAGMA secure_delete=ON; PRAGMA foreign_keys=ON;" WRITER_PRAGMAS
                                : "PRAGMA secure_delete=ON; PRAGMA query_only=ON;" READER_PRAGMAS;

@@ -143,6 +143,9 @@ struct sq_store {
  * reset and unbound, or NULL (then sq_last_error gives the status). The statement is
  * reset again when the operation ends, so it never pins a read snapshot. */
 sqlite3_stmt *sq_prep(sq_conn *c, const char *sql);
+/* Resets every statement the current operation used so far: a nested savepoint can only
+ * be released once none is still stepping. Their rows are gone after it. */
+void sq_reset_used(sq_conn *c);
 /* The -errno for the connection's last error. */
 int sq_last_error(sq_conn *c);
 /* -errno for an SQLite result code (SQLITE_FULL → -ENOSPC, IOERR → -EIO, ...). */
@@ -209,6 +212,8 @@ static inline bool sq_stream_valid(const sq_store *st, qim_log_stream s) {
 int sq_log_append_one(sq_conn *c, qim_log_stream stream, const uint8_t key[16],
                       const qim_bytes *payload, bool fence, uint64_t *offset,
                       qim_shard_epoch *epoch, bool *existed);
+/* sqlite_logs.c: the payload of the record at `offset` of a stream (-ENOENT: none). */
+int sq_log_payload_at(sq_conn *c, qim_log_stream stream, uint64_t offset, qim_bytes *out);
 /* sqlite_mailbox.c: the shard's current epoch (0 before the first takeover). */
 int sq_shard_epoch(sq_conn *c, qim_mailbox_shard_id shard, qim_shard_epoch *epoch);
 /* sqlite_mailbox.c: drops the content of every mailbox entry of one message. */

@@ -1,7 +1,8 @@
 /*
  * sqlite_intents.c — commit intents in the SQLite backend: reserve (seq allocation and
  * the frozen group snapshot), the forward-only state machine with each step's effect in
- * the same transaction, load, the in-flight listing and the dedupe window.
+ * the same transaction, the one-transaction commit of a fresh key (reserve with `commit`:
+ * the same steps inside the reserve), load, the in-flight listing and the dedupe window.
  *
  * An intent row keeps the canonical CommitIntent in `body` while it is in flight; the
  * columns beside it (state, seq, order, coordinates) are what queries and the
@@ -99,6 +100,8 @@ static int reserve_prepare(const sq_store *st, qim_store_req *base) {
   qim_store_intent_reserve_req *r = (void *)base;
   r->out = (qim_reserve_result){0};
   r->out_order = 0;
+  r->out_committed_here = false;
+  r->out_position = (qim_log_position){{QIM_LOG_STREAM_OUTBOX, 0}, 0};
   return r->proposal ? 0 : -EINVAL;
 }
 
@@ -106,6 +109,7 @@ static void reserve_discard(qim_store_req *base) {
   qim_store_intent_reserve_req *r = (void *)base;
   qim_commit_intent_free(&r->out.intent);
   r->out = (qim_reserve_result){0};
+  r->out_committed_here = false;
 }
 
 /* A key seen before: EXISTING / COMMITTED, or ClientMessageIdReused. */
@@ -178,25 +182,32 @@ static int freeze_snapshot(sq_conn *c, qim_commit_intent *in, const conv_positio
                                &a->group.target_shards, &a->group.target_shard_count);
 }
 
+/* Writes the intent row: Reserved with its body, or (the one-transaction commit) already in
+ * its COMMITTED form, as the advance steps would have left it. */
 static int insert_intent(sq_conn *c, const qim_commit_intent *in, uint64_t order,
-                         const uint8_t hash[32]) {
-  qim_bytes body;
-  int rc = qim_commit_intent_encode(in, &body);
+                         const uint8_t hash[32], uint64_t committed_at, uint64_t outbox_offset) {
+  bool committed = in->state == QIM_COMMIT_STATE_COMMITTED;
+  qim_bytes body = {0};
+  int rc = committed ? 0 : qim_commit_intent_encode(in, &body);
   if (rc) return rc;
   sqlite3_stmt *st = sq_prep(c,
                              "INSERT INTO intents(tenant, sender, cmid, conv, seq, ord, state,"
-                             " message_id, last_activity, content_hash, created_at, body)"
-                             " VALUES(?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)");
+                             " message_id, last_activity, content_hash, created_at, body,"
+                             " committed_at, outbox_offset)"
+                             " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (st) {
     bind_key(st, 1, &in->key);
     sq_bind_u128(st, 4, in->coordinates.conversation_id.v);
     sq_bind_u64(st, 5, in->coordinates.conversation_seq);
     sq_bind_u64(st, 6, order);
-    sq_bind_id16(st, 7, in->coordinates.message_id.b);
-    sq_bind_id16(st, 8, in->coordinates.last_activity_id.b);
-    sq_bind_blob(st, 9, hash, 32);
-    sq_bind_u64(st, 10, in->record.created_at);
-    sq_bind_blob(st, 11, body.p, body.n);
+    sqlite3_bind_int(st, 7, (int)in->state);
+    sq_bind_id16(st, 8, in->coordinates.message_id.b);
+    sq_bind_id16(st, 9, in->coordinates.last_activity_id.b);
+    sq_bind_blob(st, 10, hash, 32);
+    sq_bind_u64(st, 11, in->record.created_at);
+    if (!committed) sq_bind_blob(st, 12, body.p, body.n);
+    if (committed) sq_bind_u64(st, 13, committed_at);
+    if (committed) sq_bind_u64(st, 14, outbox_offset);
     rc = sq_run(c, st);
   } else {
     rc = sq_last_error(c);
@@ -204,6 +215,8 @@ static int insert_intent(sq_conn *c, const qim_commit_intent *in, uint64_t order
   qim_bytes_free(&body);
   return rc;
 }
+
+static int commit_in_reserve(sq_conn *c, qim_store_intent_reserve_req *r, const uint8_t hash[32]);
 
 /* A key never seen: allocate the position, freeze the snapshot, store as Reserved. */
 static int reserve_fresh(sq_conn *c, qim_store_intent_reserve_req *r, const uint8_t hash[32]) {
@@ -230,7 +243,8 @@ static int reserve_fresh(sq_conn *c, qim_store_intent_reserve_req *r, const uint
   if ((rc = freeze_snapshot(c, in, &pos))) return rc;
   r->out.kind = QIM_RESERVE_RESULT_FRESH;
   r->out_order = pos.next_order;
-  return insert_intent(c, in, pos.next_order, hash);
+  if (r->commit && (rc = commit_in_reserve(c, r, hash)) <= 0) return rc;
+  return insert_intent(c, in, pos.next_order, hash, 0, 0);
 }
 
 static int reserve_exec(sq_conn *c, qim_store_req *base) {
@@ -294,9 +308,9 @@ static int step_recorded(sq_conn *c, const qim_commit_intent *in) {
   return rc == -EEXIST ? qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION) : rc;
 }
 
-/* Per-conversation order into the outbox: nothing before us may still be unpublished.
+/* 1 when an intent of the conversation with a lower (seq, ord) is not yet published.
  * ("state < 3" repeats the partial index's condition so SQLite can use that index.) */
-static int check_predecessors(sq_conn *c, const qim_commit_intent *in, uint64_t order) {
+static int unpublished_predecessor(sq_conn *c, const qim_commit_intent *in, uint64_t order) {
   sqlite3_stmt *st = sq_prep(c,
                              "SELECT 1 FROM intents WHERE tenant=?1 AND conv=?2 AND state < 3"
                              " AND state < 2 AND (seq, ord) < (?3, ?4) LIMIT 1");
@@ -304,19 +318,17 @@ static int check_predecessors(sq_conn *c, const qim_commit_intent *in, uint64_t 
   sq_bind_conv(st, 1, in->key.tenant_id, in->coordinates.conversation_id);
   sq_bind_u64(st, 3, in->coordinates.conversation_seq);
   sq_bind_u64(st, 4, order);
-  int rc = sq_step(c, st);
-  if (rc < 0) return rc;
-  return rc ? qim_err_raise(QIM_E_COMMIT_LOG_INVARIANT_VIOLATION) : 0;
+  return sq_step(c, st);
 }
 
-/* OUTBOXED: the CommittedEnvelope goes to the outbox keyed by the message id. */
-static int step_outboxed(sq_conn *c, qim_commit_intent *in, uint64_t order, uint64_t *offset) {
-  int rc = check_predecessors(c, in, order);
-  if (rc) return rc;
+/* The CommittedEnvelope goes to the outbox keyed by the message id; the caller checked
+ * the order. The envelope's intent carries state OUTBOXED. */
+static int outbox_append(sq_conn *c, qim_commit_intent *in, uint64_t *offset) {
   in->state = QIM_COMMIT_STATE_OUTBOXED;
   qim_committed_envelope env = {.intent = *in, .record = in->record}; /* borrowed */
   qim_bytes payload;
-  if ((rc = qim_committed_envelope_encode(&env, &payload))) return rc;
+  int rc = qim_committed_envelope_encode(&env, &payload);
+  if (rc) return rc;
   qim_log_stream outbox = {QIM_LOG_STREAM_OUTBOX, 0};
   qim_shard_epoch epoch;
   bool existed;
@@ -324,6 +336,15 @@ static int step_outboxed(sq_conn *c, qim_commit_intent *in, uint64_t order, uint
                          &existed);
   qim_bytes_free(&payload);
   return rc;
+}
+
+/* OUTBOXED: per-conversation order into the outbox — nothing before us may still be
+ * unpublished — then the append. */
+static int step_outboxed(sq_conn *c, qim_commit_intent *in, uint64_t order, uint64_t *offset) {
+  int rc = unpublished_predecessor(c, in, order);
+  if (rc < 0) return rc;
+  if (rc) return qim_err_raise(QIM_E_COMMIT_LOG_INVARIANT_VIOLATION);
+  return outbox_append(c, in, offset);
 }
 
 static int store_state(sq_conn *c, const qim_commit_key *k, qim_commit_state to, uint64_t now,
@@ -376,6 +397,76 @@ static int advance_exec(sq_conn *c, qim_store_req *base) {
 
 const sq_op sq_op_intent_advance = {"intents.advance", true, advance_prepare,
                                     advance_exec,      NULL, INTENT_ERRORS};
+
+/* ---- the one-transaction commit (reserve with `commit`) ---------------------------------- */
+
+/* The read-back of rule 3: the envelope stored at `offset` holds the intent's record.
+ * 0, 1 = it differs, or <0. */
+static int outbox_differs(sq_conn *c, const qim_commit_intent *in, uint64_t offset) {
+  qim_bytes payload = {0};
+  int rc = sq_log_payload_at(c, (qim_log_stream){QIM_LOG_STREAM_OUTBOX, 0}, offset, &payload);
+  if (rc) return rc;
+  qim_committed_envelope env;
+  memset(&env, 0, sizeof env);
+  bool same = qim_committed_envelope_decode(payload.p, payload.n, &env) == 0 &&
+              qim_committed_envelope_matches(&env, in);
+  qim_committed_envelope_free(&env);
+  qim_bytes_free(&payload);
+  return same ? 0 : 1;
+}
+
+/* RECORDED, OUTBOXED, the read-back and COMMITTED of the fresh intent r->out.intent, in
+ * that order, under a savepoint of their own. 0 = committed; 1 = undone, the caller
+ * stores it Reserved; <0 = the transaction is lost. */
+static int commit_steps(sq_conn *c, qim_store_intent_reserve_req *r, const uint8_t hash[32]) {
+  qim_commit_intent *in = &r->out.intent;
+  uint64_t offset = 0;
+  int rc = step_recorded(c, in);
+  if (rc == 0) rc = outbox_append(c, in, &offset);
+  if (rc == 0) rc = outbox_differs(c, in, offset);
+  if (rc == 0) {
+    in->state = QIM_COMMIT_STATE_COMMITTED;
+    rc = insert_intent(c, in, r->out_order, hash, r->now, offset);
+  }
+  if (rc == 0) {
+    r->out_position = (qim_log_position){{QIM_LOG_STREAM_OUTBOX, 0}, offset};
+    return 0;
+  }
+  in->state = QIM_COMMIT_STATE_RESERVED;
+  return 1;
+}
+
+/* The intent was reserved fresh in this transaction: commit it here too when nothing
+ * earlier in its conversation is unpublished (intents.advance's OUTBOXED rule). The
+ * steps run in their order, but the intent row is written once, in its final form:
+ * nothing outside the transaction can see the rows in between. A failed step undoes
+ * them all, leaving the staged path to the caller, which repeats and reports it. */
+static int commit_in_reserve(sq_conn *c, qim_store_intent_reserve_req *r, const uint8_t hash[32]) {
+  qim_commit_intent *in = &r->out.intent;
+  int rc = unpublished_predecessor(c, in, r->out_order);
+  if (rc) return rc < 0 ? rc : 1;
+  sqlite3_stmt *sp = sq_prep(c, "SAVEPOINT reserve_commit");
+  if (!sp) return sq_last_error(c);
+  if ((rc = sq_run(c, sp))) return rc;
+  int steps = commit_steps(c, r, hash);
+  sq_reset_used(c);
+  sqlite3_stmt *end = sq_prep(c, steps ? "ROLLBACK TO reserve_commit" : "RELEASE reserve_commit");
+  if (!end || (rc = sq_run(c, end))) return end ? rc : sq_last_error(c);
+  if (steps) {
+    sq_reset_used(c);
+    sqlite3_stmt *rel = sq_prep(c, "RELEASE reserve_commit");
+    if (!rel) return sq_last_error(c);
+    if ((rc = sq_run(c, rel))) return rc;
+    return 1;
+  }
+  r->out.kind = QIM_RESERVE_RESULT_COMMITTED;
+  r->out.committed = (qim_committed_message){.client_message_id = in->key.client_message_id,
+                                             .coordinates = in->coordinates};
+  r->out_committed_here = true;
+  qim_commit_intent_free(in);
+  memset(in, 0, sizeof *in);
+  return 0;
+}
 
 /* ---- load, list, forget ------------------------------------------------------------------ */
 

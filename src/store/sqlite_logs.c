@@ -95,6 +95,17 @@ int sq_log_append_one(sq_conn *c, qim_log_stream stream, const uint8_t key[16],
   return sq_run(c, st);
 }
 
+int sq_log_payload_at(sq_conn *c, qim_log_stream stream, uint64_t offset, qim_bytes *out) {
+  sqlite3_stmt *st = sq_prep(c, "SELECT payload FROM log_records WHERE stream=? AND offset=?");
+  if (!st) return sq_last_error(c);
+  sqlite3_bind_int64(st, 1, sq_stream_id(stream));
+  sq_bind_u64(st, 2, offset);
+  int rc = sq_step_row(c, st);
+  if (rc) return rc;
+  sq_col_bytes(st, 0, out);
+  return 0;
+}
+
 static int set_consumer(sq_conn *c, const char *consumer, int64_t stream, uint64_t offset) {
   sqlite3_stmt *st =
       sq_prep(c,

@@ -329,12 +329,27 @@ typedef struct {
  * member who just left), MESSAGE_STORE_INVARIANT_VIOLATION (seq would reach 0x0FFFFFFF).
  * out_order: a per-conversation counter giving the order of intents that share a seq
  * position (a message and the controls after it).
+ *
+ * `commit` (the one-transaction commit): for a FRESH key whose conversation has no
+ * intent with a lower (seq, order) still below OUTBOXED (the rule intents.advance
+ * OUTBOXED checks), the same transaction also takes the intent through RECORDED,
+ * OUTBOXED, the read-back of the outbox envelope (its record must be the intent's) and
+ * COMMITTED (commit time `now`), exactly as the advance steps would; the reply is then
+ * COMMITTED with out_committed_here = true and out_position. When a predecessor is
+ * unpublished, or one of those steps fails without losing the transaction, the steps
+ * are undone and the reply is FRESH / Reserved as without `commit` (the caller takes the
+ * staged path). A backend that does not offer it ignores `commit` and answers FRESH.
+ * Existing and committed keys answer as without it (out_committed_here false).
  */
 typedef struct {
   qim_store_req req;
   const qim_commit_intent *proposal;
+  bool commit;                      /* in: try the one-transaction commit of a fresh key */
+  qim_timestamp_millis now;         /* in: the commit time when `commit` */
   qim_reserve_result out;
   uint64_t out_order;
+  bool out_committed_here;          /* this call reserved and committed the key */
+  qim_log_position out_position;    /* out_committed_here: of the OutboxPublication */
 } qim_store_intent_reserve_req;
 
 /*

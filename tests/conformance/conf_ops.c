@@ -397,10 +397,19 @@ static int op_reserve(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_commit_intent proposal;
   TRY(conf_dec_proposal(c, conf_get(c, in, "proposal"), &proposal));
   r.proposal = &proposal;
+  int rc = 0;
+  if (present(c, in, "commit")) rc = conf_get_bool(c, in, "commit", &r.commit);
+  if (!rc && present(c, in, "now")) rc = conf_get_u64(c, in, "now", &r.now);
+  if (rc) {
+    qim_commit_intent_free(&proposal);
+    return rc;
+  }
   *st = SYNC(c, intents.reserve, &r);
   if (*st == 0) {
     merge(out, enc_reserve(&r.out));
     put(out, "order", conf_json_u64(r.out_order));
+    put(out, "committed_here", json_boolean(r.out_committed_here));
+    if (r.out_committed_here) put(out, "position", conf_json_position(r.out_position));
   }
   qim_commit_intent_free(&r.out.intent);
   qim_commit_intent_free(&proposal);

@@ -287,6 +287,8 @@ typedef struct fx {
   qim_commit_config cfg;
   qim_commit *commit;
   qim_tenant_id tenant;
+  void (*before_commit)(void *ctx); /* store test hook before each durable COMMIT, or NULL */
+  void *before_commit_ctx;
 } fx;
 
 static FX_UNUSED void fx_config(qim_commit_config *cfg) {
@@ -298,7 +300,9 @@ static FX_UNUSED void fx_config(qim_commit_config *cfg) {
 }
 
 static FX_UNUSED void fx_open_store(fx *f) {
-  qim_store_options opt = {.shards = {.shard_count = 4, .lanes_per_shard = 2}};
+  qim_store_options opt = {.shards = {.shard_count = 4, .lanes_per_shard = 2},
+                           .before_commit = f->before_commit,
+                           .hook_ctx = f->before_commit_ctx};
   qim_store *real = NULL;
   int rc = qim_store_open(f->url, &opt, &real);
   if (rc != 0) {
@@ -331,6 +335,15 @@ static FX_UNUSED void fx_open(fx *f, const qim_commit_config *cfg) {
   f->tenant.v = (qim_u128){0, 7};
   fx_open_store(f);
   fx_start_commit(f);
+}
+
+/* fx_open with every send on the staged path (commit_in_reserve off): one store call per
+ * state, so a hook can fail or kill between the steps. */
+static FX_UNUSED void fx_open_staged(fx *f) {
+  qim_commit_config cfg;
+  fx_config(&cfg);
+  cfg.commit_in_reserve = false;
+  fx_open(f, &cfg);
 }
 
 /* Destroys the commit and closes the store, keeping the files (a restart). */
@@ -586,6 +599,30 @@ static FX_UNUSED qim_message_coordinates fx_wait_committed(fx *f, const qim_comm
   }
   fail_msg("key never committed");
   return lc.committed.coordinates;
+}
+
+/* A thread sending `count` messages one after another (sync), cmids from cmid_base; with
+ * `text` every message is that text under cmid_base (a retried key). */
+typedef struct fx_sender {
+  fx *f;
+  qim_conversation_id conv;
+  qim_user_id user;
+  int count;
+  uint64_t cmid_base;
+  const char *text;       /* NULL: a distinct text per message */
+  qim_commit_result *results;
+} fx_sender;
+
+static FX_UNUSED void *fx_send_many(void *arg) {
+  fx_sender *s = arg;
+  for (int i = 0; i < s->count; i++) {
+    char text[64];
+    snprintf(text, sizeof text, "m%llu", (unsigned long long)(s->cmid_base + (uint64_t)i));
+    qim_authenticated_send m = fx_send(s->f, s->user, s->conv, s->cmid_base + (uint64_t)(s->text ? 0 : i),
+                                       s->text ? s->text : text);
+    qim_commit_send_sync(s->f->commit, &m, &s->results[i]);
+  }
+  return NULL;
 }
 
 /* History records of a conversation as seen by `viewer`, oldest first (up to cap). */

@@ -10,36 +10,14 @@
 
 #define THREADS 8
 
-typedef struct sender {
-  fx *f;
-  qim_conversation_id conv;
-  qim_user_id user;
-  int count;
-  uint64_t cmid_base;
-  const char *text;       /* NULL: a distinct text per message */
-  qim_commit_result *results;
-} sender;
-
-static void *send_many(void *arg) {
-  sender *s = arg;
-  for (int i = 0; i < s->count; i++) {
-    char text[64];
-    snprintf(text, sizeof text, "m%llu", (unsigned long long)(s->cmid_base + (uint64_t)i));
-    qim_authenticated_send m = fx_send(s->f, s->user, s->conv, s->cmid_base + (uint64_t)(s->text ? 0 : i),
-                                       s->text ? s->text : text);
-    qim_commit_send_sync(s->f->commit, &m, &s->results[i]);
-  }
-  return NULL;
-}
-
 static qim_conversation_id group_of_threads(fx *f, qim_user_id *users) {
   for (int i = 0; i < THREADS; i++) users[i] = fx_user(100 + (uint64_t)i);
   return fx_group(f, 1, users[0], users + 1, THREADS - 1);
 }
 
-static void run_senders(sender *s, int n) {
+static void run_senders(fx_sender *s, int n) {
   pthread_t th[THREADS];
-  for (int i = 0; i < n; i++) assert_int_equal(pthread_create(&th[i], NULL, send_many, &s[i]), 0);
+  for (int i = 0; i < n; i++) assert_int_equal(pthread_create(&th[i], NULL, fx_send_many, &s[i]), 0);
   for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
 }
 
@@ -50,10 +28,10 @@ static void test_concurrent_senders_get_gap_free_unique_seqs(void **state) {
   fx_open(&f, NULL);
   qim_user_id users[THREADS];
   qim_conversation_id conv = group_of_threads(&f, users);
-  sender s[THREADS];
+  fx_sender s[THREADS];
   qim_commit_result res[THREADS][PER];
   for (int i = 0; i < THREADS; i++)
-    s[i] = (sender){&f, conv, users[i], PER, (uint64_t)i * 1000 + 1, NULL, res[i]};
+    s[i] = (fx_sender){&f, conv, users[i], PER, (uint64_t)i * 1000 + 1, NULL, res[i]};
   run_senders(s, THREADS);
   uint64_t seqs[THREADS * PER];
   for (int i = 0; i < THREADS; i++) {
@@ -88,9 +66,9 @@ static void test_many_retries_of_one_key_get_one_seq(void **state) {
   qim_authenticated_send first = fx_send(&f, users[1], conv, 1, "first");
   qim_commit_result r;
   assert_int_equal(qim_commit_send_sync(f.commit, &first, &r), 0);
-  sender s[THREADS];
+  fx_sender s[THREADS];
   qim_commit_result res[THREADS][PER];
-  for (int i = 0; i < THREADS; i++) s[i] = (sender){&f, conv, users[0], PER, 42, "same text", res[i]};
+  for (int i = 0; i < THREADS; i++) s[i] = (fx_sender){&f, conv, users[0], PER, 42, "same text", res[i]};
   run_senders(s, THREADS);
   int fresh = 0;
   for (int i = 0; i < THREADS; i++) {
@@ -120,10 +98,10 @@ static void test_concurrent_reuse_with_other_content_is_refused(void **state) {
   fx_open(&f, NULL);
   qim_user_id users[THREADS];
   qim_conversation_id conv = group_of_threads(&f, users);
-  sender s[THREADS];
+  fx_sender s[THREADS];
   qim_commit_result res[THREADS][PER];
   for (int i = 0; i < THREADS; i++)
-    s[i] = (sender){&f, conv, users[0], PER, 7, i % 2 ? "version B" : "version A", res[i]};
+    s[i] = (fx_sender){&f, conv, users[0], PER, 7, i % 2 ? "version B" : "version A", res[i]};
   run_senders(s, THREADS);
   /* One version wins the key; every send of the other is refused, never mapped to it. */
   int winner = res[0][0].status == 0 ? 0 : 1;
@@ -246,7 +224,7 @@ static int block_before(hook_store *h, const char *op, qim_store_req *req) {
 static void test_failing_intent_holds_back_only_its_conversation(void **state) {
   (void)state;
   fx f;
-  fx_open(&f, NULL);
+  fx_open_staged(&f);
   qim_user_id a = fx_user(1), b = fx_user(2), c = fx_user(3);
   qim_conversation_id conv = fx_direct(&f, a, b), other = fx_direct(&f, a, c);
   blocker bl = {.cmid = fx_cmid(1), .on = 1};

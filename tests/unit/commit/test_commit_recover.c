@@ -156,7 +156,7 @@ static int fail_outbox_before(hook_store *h, const char *op, qim_store_req *req)
 static void test_restart_finishes_sends_whose_steps_failed(void **state) {
   (void)state;
   fx f;
-  fx_open(&f, NULL);
+  fx_open_staged(&f);
   qim_conversation_id conv = fx_direct(&f, a, b);
   failall fa = {.on = 1};
   f.hook->ctx = &fa;

@@ -63,7 +63,7 @@ static int fail_before(hook_store *h, const char *op, qim_store_req *req) {
 static void test_fresh_send_passes_every_state_then_acks(void **state) {
   (void)state;
   fx f;
-  fx_open(&f, NULL);
+  fx_open_staged(&f);
   qim_conversation_id conv = fx_direct(&f, alice, bob);
   trail t = {.mu = PTHREAD_MUTEX_INITIALIZER};
   f.hook->ctx = &t;
@@ -218,7 +218,7 @@ static void test_retry_with_other_content_is_refused_as_reused(void **state) {
 static void test_retry_of_failed_step_resumes_the_intent_as_existing(void **state) {
   (void)state;
   fx f;
-  fx_open(&f, NULL);
+  fx_open_staged(&f);
   qim_conversation_id conv = fx_direct(&f, alice, bob);
   failer fl = {.op = "intents.advance", .to = QIM_COMMIT_STATE_OUTBOXED, .status = -EIO, .left = 1};
   f.hook->ctx = &fl;
@@ -457,7 +457,7 @@ static void test_store_failure_at_reserve_is_unavailable(void **state) {
 static void test_failed_record_step_is_recoverable_and_recovery_commits_it(void **state) {
   (void)state;
   fx f;
-  fx_open(&f, NULL);
+  fx_open_staged(&f);
   qim_conversation_id conv = fx_direct(&f, alice, bob);
   failer fl = {.op = "intents.advance", .to = QIM_COMMIT_STATE_RECORDED, .status = -EIO, .left = 1};
   f.hook->ctx = &fl;
@@ -509,7 +509,7 @@ static void tamper_after(hook_store *h, const char *op, qim_store_req *req) {
 static void test_envelope_differing_from_intent_is_invariant_violation(void **state) {
   (void)state;
   fx f;
-  fx_open(&f, NULL);
+  fx_open_staged(&f);
   qim_conversation_id conv = fx_direct(&f, alice, bob);
   f.hook->after = tamper_after;
   qim_authenticated_send s = fx_send(&f, alice, conv, 1, "pristine");

@@ -26,6 +26,7 @@ static void test_trace_followed_through_every_step_of_a_send(void **state) {
   assert_int_equal(qim_commit_send_sync(f.commit, &s, &r), 0);
   assert_logged(&s.trace_id, "commit.send", NULL);
   assert_logged(&s.trace_id, "commit.reserved", "kind=fresh");
+  assert_logged(&s.trace_id, "commit.reserved", "in_reserve=1"); /* the one-transaction path */
   assert_logged(&s.trace_id, "commit.recorded", "seq=1");
   assert_logged(&s.trace_id, "commit.outboxed", "seq=1");
   assert_logged(&s.trace_id, "commit.verified", NULL);
@@ -55,7 +56,7 @@ static int fail_outbox(hook_store *h, const char *op, qim_store_req *req) {
 static void test_trace_followed_through_a_failed_step_and_its_retry(void **state) {
   (void)state;
   fx f;
-  fx_open(&f, NULL);
+  fx_open_staged(&f);
   qim_conversation_id conv = fx_direct(&f, a, b);
   atomic_store(&fail_once, 1);
   f.hook->before = fail_outbox;
