@@ -41,7 +41,8 @@ struct mb_worker {
 
 typedef struct mb_pool {
   pthread_mutex_t mu;
-  pthread_cond_t cv;     /* work queued, a task finished, stopping */
+  pthread_cond_t cv;      /* work queued, stopping: wakes one worker per queued task */
+  pthread_cond_t done_cv; /* a task finished (qim__mb_pool_cancel waits for it) */
   mb_task *head;
   bool stopping;
   mb_worker *workers;

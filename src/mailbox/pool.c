@@ -6,6 +6,8 @@
  * at most once and runs on one worker at a time (the queued / running flags, under the pool
  * mutex), which is what lets a lane keep its working state without locks. A wake-up that
  * arrives while a task runs sets `kick`, so it runs again at once instead of being lost.
+ * Queuing a task wakes ONE idle worker (not all of them: a kicked lane is one task), and a
+ * worker that puts its own task back at the head of the queue wakes nobody: it takes it next.
  *
  * Inside a step a worker submits store requests with completions on its own blocking queue and
  * waits for them there: many requests can be in flight at once (the store group-commits them),
@@ -26,14 +28,14 @@ uint64_t qim__mb_now_ns(void) {
 }
 
 /* Inserts `t` by due time, after tasks due at the same time (FIFO among equals). Holds mu. */
-static void enqueue(mb_pool *p, mb_task *t, uint64_t due) {
+static void enqueue(mb_pool *p, mb_task *t, uint64_t due, bool wake) {
   t->due_ns = due;
   t->queued = true;
   mb_task **pp = &p->head;
   while (*pp && (*pp)->due_ns <= due) pp = &(*pp)->next;
   t->next = *pp;
   *pp = t;
-  pthread_cond_broadcast(&p->cv);
+  if (wake) pthread_cond_signal(&p->cv);
 }
 
 static void dequeue(mb_pool *p, mb_task *t) {
@@ -55,7 +57,7 @@ void qim__mb_pool_kick(mb_pool *p, mb_task *t) {
     /* A task already due keeps its place: moving it behind the other due tasks at every
      * kick would starve a lane that is kicked often (each fanout batch kicks it). */
     if (t->queued) dequeue(p, t);
-    enqueue(p, t, now);
+    enqueue(p, t, now, true);
   }
   pthread_mutex_unlock(&p->mu);
 }
@@ -69,7 +71,7 @@ void qim__mb_pool_cancel(mb_pool *p, mb_task *t) {
     if (t->queued) dequeue(p, t);
     t->kick = false;
     if (!t->running) break;
-    pthread_cond_wait(&p->cv, &p->mu);
+    pthread_cond_wait(&p->done_cv, &p->mu);
   }
   pthread_mutex_unlock(&p->mu);
 }
@@ -88,9 +90,12 @@ static void run_task(mb_pool *p, mb_task *t, mb_worker *w) {
   pthread_mutex_lock(&p->mu);
   if (oneshot) return; /* a job may have freed itself */
   t->running = false;
-  if (t->kick || delay >= 0) enqueue(p, t, qim__mb_now_ns() + (t->kick ? 0 : (uint64_t)delay * 1000000u));
+  if (t->kick || delay >= 0) {
+    enqueue(p, t, qim__mb_now_ns() + (t->kick ? 0 : (uint64_t)delay * 1000000u), false);
+    if (p->head != t) pthread_cond_signal(&p->cv); /* we take the head next, not necessarily t */
+  }
   t->kick = false;
-  pthread_cond_broadcast(&p->cv); /* qim__mb_pool_cancel waits for running to drop */
+  pthread_cond_broadcast(&p->done_cv); /* qim__mb_pool_cancel waits for running to drop */
 }
 
 static void *worker_main(void *arg) {
@@ -119,6 +124,7 @@ static void *worker_main(void *arg) {
 int qim__mb_pool_start(qim_mailbox *m, mb_pool *p, uint32_t workers) {
   pthread_mutex_init(&p->mu, NULL);
   qim_cond_init_monotonic(&p->cv);
+  pthread_cond_init(&p->done_cv, NULL);
   p->workers = qim_calloc(workers, sizeof *p->workers);
   for (uint32_t i = 0; i < workers; i++) {
     mb_worker *w = &p->workers[i];
@@ -155,6 +161,7 @@ void qim__mb_pool_stop(mb_pool *p) {
   p->workers = NULL;
   p->count = 0;
   pthread_cond_destroy(&p->cv);
+  pthread_cond_destroy(&p->done_cv);
   pthread_mutex_destroy(&p->mu);
 }
 
