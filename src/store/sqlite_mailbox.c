@@ -282,6 +282,9 @@ static int append_exec(sq_conn *c, qim_store_req *base) {
   for (size_t i = 0; i < batch_count(r); i++) {
     qim_durability_receipt out;
     if ((rc = append_one(c, &r->batch[i], &out))) return rc; /* the savepoint undoes the others */
+    /* The watermark must not pass a dispatch whose chunk is stored at another seq. */
+    if (r->advance_to && out.mailbox_seq != r->batch[i].mailbox_seq)
+      return qim_err_raise(QIM_E_MATERIALIZE_PROGRESS_CONFLICT);
     if (i == 0) r->out = out;
     if (r->out_receipts) r->out_receipts[i] = out;
   }

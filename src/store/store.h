@@ -532,7 +532,8 @@ typedef struct { qim_store_req req; qim_mailbox_shard_id shard; qim_shard_epoch 
  * (shard, lane); `out_receipts`, when set, gets each one's receipt (`out` the first's). All or
  * nothing: the first batch that fails fails the request and nothing is written. `advance_to`
  * (0: none) then moves LaneWatermark.materialized forward to it, as watermark_advance would
- * with the stored floor, in the same transaction.
+ * with the stored floor, in the same transaction; with it, a batch whose chunk is already
+ * stored at another mailbox seq is PROGRESS_CONFLICT (the watermark never passes it).
  */
 typedef struct {
   qim_store_req req;
