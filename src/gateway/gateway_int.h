@@ -80,7 +80,17 @@ typedef struct gw_req {
   bool excl; /* runs alone: nothing before it may still run, nothing after it starts */
 } gw_req;
 
-#define GW_NOECHO 32 /* pubs with noecho remembered per session */
+/* Client-chosen cmids of noecho pubs whose own {data} has not come back yet: each is
+ * forgotten when its echo is dropped, when its pub fails, or GW_NOECHO_TTL_MS after it was
+ * published (a pub that never echoes: a duplicate, or the session left the topic). At most
+ * GW_NOECHO_MAX per session; one more noecho pub with its own cmid is refused (503). */
+#define GW_NOECHO_MAX 4096
+#define GW_NOECHO_TTL_MS 60000u
+
+typedef struct gw_noecho {
+  qim_client_message_id cmid;
+  uint64_t at_ms; /* when it was published */
+} gw_noecho;
 
 /* A {pub} of this session not acknowledged yet: its {data} may come back through the
  * pipeline before the commit's completion reaches us; Tinode clients expect the 202
@@ -111,10 +121,10 @@ struct gw_session {
   unsigned qlen;
   unsigned running; /* requests started and not done */
   bool excl_running;
-  qim_client_message_id noecho[GW_NOECHO]; /* ring of recent noecho pubs' client-chosen cmids */
-  unsigned noecho_n;
-  uint8_t nonce[8];  /* first half of the cmids this session makes (see pub.c) */
-  uint64_t made;     /* cmids made so far */
+  gw_noecho *noecho; /* noecho pubs with client-chosen cmids awaiting their echo */
+  size_t nnoecho, cnoecho;
+  uint8_t nonce[8]; /* first half of the cmids this session makes (see pub.c) */
+  uint64_t made;    /* cmids made so far */
   gw_pending *pend; /* pubs in flight (at most queue_max) */
   size_t npend, cpend;
   double req_tokens; /* request token bucket (request_rate / request_burst) */
@@ -134,9 +144,12 @@ void qim__gw_session_me(gw_session *s, bool on);
 /* Logs the session in as `user` of its tenant: indexes it and adds the mailbox route. */
 void qim__gw_session_login(gw_session *s, qim_user_id user);
 /* True when `cmid` is a noecho pub of this session: one whose cmid the session made with
- * the noecho mark, or a client-chosen one still in the ring. */
-bool qim__gw_session_noecho(const gw_session *s, const qim_client_message_id *cmid);
-void qim__gw_session_noecho_add(gw_session *s, const qim_client_message_id *cmid);
+ * the noecho mark, or a client-chosen one awaiting its echo (which this call consumes). */
+bool qim__gw_session_noecho_take(gw_session *s, const qim_client_message_id *cmid);
+/* Remembers a client-chosen noecho cmid: 0, or -ENOSPC with GW_NOECHO_MAX awaiting. */
+int qim__gw_session_noecho_add(gw_session *s, const qim_client_message_id *cmid);
+/* Forgets a client-chosen noecho cmid whose pub failed (no echo will come). */
+void qim__gw_session_noecho_drop(gw_session *s, const qim_client_message_id *cmid);
 /* A fresh ClientMessageId for a pub without one: nonce | 7-byte counter | mark byte. */
 qim_client_message_id qim__gw_session_cmid(gw_session *s, bool noecho);
 

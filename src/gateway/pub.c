@@ -82,6 +82,7 @@ static void pub_done(qim_commit_op *op) {
     if (res->status != QIM_E_COMMIT_PERMISSION_DENIED && res->status != QIM_E_COMMIT_RATE_LIMITED)
       QIM_LOGW(&r->trace, "gateway.pub_failed", "topic=%s err=%s", r->msg.topic, qim_err_name(res->status));
     qim__gw_fail(s, r, res->status);
+    qim__gw_session_noecho_drop(s, &p->send.request.client_message_id); /* no echo will come */
   }
   qim__gw_pending_done(s, &p->send.request.client_message_id);
   pub_free(p);
@@ -112,6 +113,7 @@ static void commit_path(gw_req *r, qim_conversation_id conv, const qim_client_me
   qim__gw_pending_add(s, cmid);
   if (qim_commit_send(l->gw->d.commit, &p->send, &p->op) != 0) {
     qim__gw_fail(s, r, p->op.result.status);
+    qim__gw_session_noecho_drop(s, cmid);
     qim__gw_pending_done(s, cmid);
     pub_free(p);
     qim__gw_req_done(r);
@@ -124,6 +126,7 @@ static void commit_path(gw_req *r, qim_conversation_id conv, const qim_client_me
 typedef struct pub_job {
   gw_job j;
   qim_history_pub pub;
+  int rc;
 } pub_job;
 
 static void pubjob_run(gw_job *j) {
@@ -132,6 +135,7 @@ static void pubjob_run(gw_job *j) {
   const gw_req *r = j->req;
   qim_history_pub_result res;
   int rc = qim_history_publish(g->d.history, &b->pub, &res);
+  b->rc = rc;
   if (rc == 0)
     qim__gw_out_ctrl(&j->out, r->msg.id, r->msg.topic, 202, "accepted",
                      json_pack("{sI}", "seq", (json_int_t)res.commit.ack.coordinates.conversation_seq),
@@ -146,6 +150,7 @@ static void pubjob_after(gw_job *j) {
   gw_session *s = j->req->s;
   if (g->d.fanout) qim_fanout_notify(g->d.fanout);
   qim__gw_out_flush(s, &j->out); /* the 202 (or the error) first, then a {data} held meanwhile */
+  if (b->rc) qim__gw_session_noecho_drop(s, &b->pub.client_message_id);
   qim__gw_pending_done(s, &b->pub.client_message_id);
   qim__gw_job_finish(j);
 }
@@ -190,7 +195,12 @@ void qim__gw_pub(gw_req *r) {
     /* Without the client's cmid there is no retry safety, as in Tinode; the one the
      * session makes carries the noecho mark for push.c. */
     qim_client_message_id cmid = m->has_cmid ? m->cmid : qim__gw_session_cmid(s, m->noecho);
-    if (m->has_cmid && m->noecho) qim__gw_session_noecho_add(s, &cmid);
+    if (m->has_cmid && m->noecho && qim__gw_session_noecho_add(s, &cmid)) {
+      qim_history_tinode_msg_free(&tm);
+      qim__gw_ctrl(s, r, NULL, 503, "too many noecho pubs awaiting delivery", NULL);
+      qim__gw_req_done(r);
+      return;
+    }
     if (tm.has_replace || tm.mention_count) {
       qim_history_tinode_msg_free(&tm);
       history_path(r, conv, &cmid);

@@ -136,8 +136,10 @@ static void deliver_message(gw_push *p, const qim_mailbox_entry *e, const qim_me
     gw_attach *a = qim__gw_session_attached(s, conv);
     if (a) {
       if (e->coordinates.conversation_seq <= a->since) continue; /* history, not live */
-      if (own && e->has_client_message_id && qim__gw_session_noecho(s, &e->client_message_id)) continue;
-      if (own && e->has_client_message_id && p->data && qim__gw_pending_hold(s, &e->client_message_id, p->data)) {
+      if (own && e->has_client_message_id && qim__gw_session_noecho_take(s, &e->client_message_id))
+        continue;
+      if (own && e->has_client_message_id && p->data &&
+          qim__gw_pending_hold(s, &e->client_message_id, p->data)) {
         atomic_fetch_add(&g->st_data, 1); /* sent right after the 202 */
         continue;
       }

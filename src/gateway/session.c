@@ -28,6 +28,7 @@ void qim__gw_session_unref(gw_session *s) {
   if (--s->refs) return;
   for (size_t i = 0; i < s->npend; i++) qim_ws_frame_unref(s->pend[i].held);
   qim_free(s->pend);
+  qim_free(s->noecho);
   qim_free(s->att);
   qim_free(s);
 }
@@ -101,17 +102,45 @@ qim_client_message_id qim__gw_session_cmid(gw_session *s, bool noecho) {
 }
 
 /* Session-made cmids carry the noecho decision themselves, so any number of pubs may be
- * in the pipeline at once; only client-chosen cmids (qim's cmid extension) need the ring. */
-bool qim__gw_session_noecho(const gw_session *s, const qim_client_message_id *cmid) {
-  if (memcmp(cmid->b, s->nonce, 8) == 0 && (cmid->b[15] & CMID_MARK)) return cmid->b[15] & CMID_NOECHO;
-  unsigned n = s->noecho_n < GW_NOECHO ? s->noecho_n : GW_NOECHO;
-  for (unsigned i = 0; i < n; i++)
-    if (memcmp(s->noecho[i].b, cmid->b, sizeof cmid->b) == 0) return true;
-  return false;
+ * in the pipeline at once; client-chosen cmids (qim's cmid extension) are remembered until
+ * their echo comes back (see GW_NOECHO_MAX). */
+static gw_noecho *noecho_find(gw_session *s, const qim_client_message_id *cmid) {
+  for (size_t i = 0; i < s->nnoecho; i++)
+    if (memcmp(s->noecho[i].cmid.b, cmid->b, sizeof cmid->b) == 0) return &s->noecho[i];
+  return NULL;
 }
 
-void qim__gw_session_noecho_add(gw_session *s, const qim_client_message_id *cmid) {
-  s->noecho[s->noecho_n++ % GW_NOECHO] = *cmid;
+static void noecho_remove(gw_session *s, gw_noecho *e) {
+  *e = s->noecho[--s->nnoecho];
+}
+
+bool qim__gw_session_noecho_take(gw_session *s, const qim_client_message_id *cmid) {
+  if (memcmp(cmid->b, s->nonce, 8) == 0 && (cmid->b[15] & CMID_MARK))
+    return cmid->b[15] & CMID_NOECHO;
+  gw_noecho *e = noecho_find(s, cmid);
+  if (!e) return false;
+  noecho_remove(s, e);
+  return true;
+}
+
+int qim__gw_session_noecho_add(gw_session *s, const qim_client_message_id *cmid) {
+  uint64_t now = qim__gw_now(s->loop->gw);
+  if (noecho_find(s, cmid)) return 0; /* a retry of a pub still awaiting its echo */
+  if (s->nnoecho == GW_NOECHO_MAX)    /* forget the pubs whose echo will not come */
+    for (size_t i = s->nnoecho; i-- > 0;)
+      if (now - s->noecho[i].at_ms >= GW_NOECHO_TTL_MS) noecho_remove(s, &s->noecho[i]);
+  if (s->nnoecho == GW_NOECHO_MAX) return -ENOSPC;
+  if (s->nnoecho == s->cnoecho) {
+    s->cnoecho = s->cnoecho ? s->cnoecho * 2 : 8;
+    s->noecho = qim_realloc(s->noecho, s->cnoecho * sizeof *s->noecho);
+  }
+  s->noecho[s->nnoecho++] = (gw_noecho){.cmid = *cmid, .at_ms = now};
+  return 0;
+}
+
+void qim__gw_session_noecho_drop(gw_session *s, const qim_client_message_id *cmid) {
+  gw_noecho *e = noecho_find(s, cmid);
+  if (e) noecho_remove(s, e);
 }
 
 static gw_pending *pending_find(gw_session *s, const qim_client_message_id *cmid) {

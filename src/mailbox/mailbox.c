@@ -190,6 +190,9 @@ int qim_mailbox_lane_pause(qim_mailbox *m, qim_mailbox_shard_id shard, qim_lane_
   mb_lane *l = lane_of(m, shard, lane, true);
   if (!l) return -EINVAL;
   atomic_store(&l->paused, true);
+  /* Wait out a step that passed its paused check before the store above; it is not queued
+   * again (a paused lane's step returns at once) until lane_resume kicks it. */
+  qim__mb_pool_cancel(&m->pool, &l->task);
   return 0;
 }
 

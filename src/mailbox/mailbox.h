@@ -161,7 +161,9 @@ typedef enum qim_mailbox_stage {
  * materialization is paused). Pausing takes effect at each lane's next step boundary. */
 void qim_mailbox_pause(qim_mailbox *m, qim_mailbox_stage stage);
 void qim_mailbox_resume(qim_mailbox *m, qim_mailbox_stage stage);
-/* The same for one lane (stalling one lane while the others progress). -EINVAL if out of range. */
+/* The same for one lane (stalling one lane while the others progress). -EINVAL if out of range.
+ * lane_pause returns once no step of the lane runs (a step that started before it could
+ * otherwise still materialize what is appended after it); never call it from a push sink. */
 int qim_mailbox_lane_pause(qim_mailbox *m, qim_mailbox_shard_id shard, qim_lane_id lane);
 int qim_mailbox_lane_resume(qim_mailbox *m, qim_mailbox_shard_id shard, qim_lane_id lane);
 

@@ -41,9 +41,9 @@ struct mb_worker {
 
 typedef struct mb_pool {
   pthread_mutex_t mu;
-  pthread_cond_t cv;     /* work queued, a task finished, stopping */
+  pthread_cond_t cv;      /* work queued, stopping: wakes one worker per queued task */
+  pthread_cond_t done_cv; /* a task finished (qim__mb_pool_cancel waits for it) */
   mb_task *head;
-  uint32_t cancelling; /* threads inside qim__mb_pool_cancel, waiting on cv */
   bool stopping;
   mb_worker *workers;
   uint32_t count;

@@ -74,7 +74,8 @@ typedef struct mb_step {
   qim_store_log_read_req read;
   mb_rec *recs;
   size_t n;
-  int halt_rc;             /* DispatchCorrupt for the record right after the plan */
+  int halt_rc;     /* DispatchCorrupt for the record right after the plan */
+  size_t advanced; /* records the watermark covers already (advanced with the last wave) */
 } mb_step;
 
 /* ---- planning ---------------------------------------------------------------------------------- */
@@ -240,22 +241,68 @@ static int batch_outcome(const mb_step *s, const mb_rec *rec, const mb_batch *b)
   return qim_err_raise(QIM_E_MATERIALIZE_PROGRESS_CONFLICT);
 }
 
-static void run_waves(mb_step *s) {
-  for (size_t wave = 0;; wave++) {
-    bool any = false;
-    for (size_t i = 0; i < s->n; i++) {
-      mb_rec *rec = &s->recs[i];
-      if (rec->status || wave >= rec->nbatches) continue;
+/* The wave's batches one request each, so a failure names its own record (after a combined
+ * request failed: it wrote nothing). */
+static void wave_apart(mb_step *s, size_t wave) {
+  for (size_t i = 0; i < s->n; i++) {
+    mb_rec *rec = &s->recs[i];
+    if (!rec->status && wave < rec->nbatches)
       QIM__MB_SUBMIT(s->w, mailboxes.append, &rec->batches[wave].req);
-      any = true;
-    }
-    if (!any) return;
-    qim__mb_wait(s->w);
-    for (size_t i = 0; i < s->n; i++) {
-      mb_rec *rec = &s->recs[i];
-      if (!rec->status && wave < rec->nbatches) rec->status = batch_outcome(s, rec, &rec->batches[wave]);
-    }
   }
+  qim__mb_wait(s->w);
+  for (size_t i = 0; i < s->n; i++) {
+    mb_rec *rec = &s->recs[i];
+    if (!rec->status && wave < rec->nbatches)
+      rec->status = batch_outcome(s, rec, &rec->batches[wave]);
+  }
+}
+
+/* Is every record fine and `wave` the last one with batches? Then the wave's request also
+ * carries the watermark advance over the whole step (one transaction: the watermark never
+ * covers a dispatch that is not complete and durable). */
+static bool wave_is_last(const mb_step *s, size_t wave) {
+  for (size_t i = 0; i < s->n; i++)
+    if (s->recs[i].status || s->recs[i].nbatches > wave + 1) return false;
+  return true;
+}
+
+/* The wave's batches in ONE request (one transaction); returns false when nothing was due. */
+static bool wave_together(mb_step *s, size_t wave) {
+  size_t k = 0;
+  for (size_t i = 0; i < s->n; i++) k += !s->recs[i].status && wave < s->recs[i].nbatches;
+  if (!k) return false;
+  qim_append_mailbox_batch *v = qim_malloc(k * sizeof *v);
+  qim_durability_receipt *out = qim_calloc(k, sizeof *out);
+  k = 0;
+  for (size_t i = 0; i < s->n; i++)
+    if (!s->recs[i].status && wave < s->recs[i].nbatches) v[k++] = s->recs[i].batches[wave].batch;
+  qim_store_mailbox_append_req r = {
+      .batch = v, .batch_count = k, .out_receipts = out, .owner_epoch = s->sh->epoch};
+  if (wave_is_last(s, wave)) r.advance_to = s->recs[s->n - 1].seq;
+  int rc;
+  QIM__MB_CALL(rc, s->w, mailboxes.append, &r);
+  if (rc == 0 && r.advance_to) s->advanced = s->n;
+  k = 0;
+  for (size_t i = 0; i < s->n && rc != QIM_E_MATERIALIZE_SHARD_NOT_OWNED; i++) {
+    mb_rec *rec = &s->recs[i];
+    if (rec->status || wave >= rec->nbatches) continue;
+    mb_batch *b = &rec->batches[wave];
+    b->req.req.status = rc;
+    b->req.out = out[k++];
+    if (rc == 0) rec->status = batch_outcome(s, rec, b);
+  }
+  qim_free(v);
+  qim_free(out);
+  if (rc == QIM_E_MATERIALIZE_SHARD_NOT_OWNED) /* every record of the wave: the lane is fenced */
+    for (size_t i = 0; i < s->n; i++)
+      if (!s->recs[i].status && wave < s->recs[i].nbatches) s->recs[i].status = rc;
+  if (rc && rc != QIM_E_MATERIALIZE_SHARD_NOT_OWNED) wave_apart(s, wave);
+  return true;
+}
+
+static void run_waves(mb_step *s) {
+  size_t wave = 0;
+  while (wave_together(s, wave)) wave++;
 }
 
 /* ---- finishing a step ---------------------------------------------------------------------------------- */
@@ -283,15 +330,19 @@ static mb_held *build_pushes(mb_step *s, size_t done, size_t *count) {
   return head;
 }
 
-/* Moves the watermark over records [0, done): 0 or the store's error. */
+/* Moves the watermark over records [0, done), unless the last wave's request did: 0 or the
+ * store's error. */
 static int advance(mb_step *s, size_t done) {
   mb_lane *l = s->l;
-  qim_store_watermark_advance_req r = {
-      .advance = {s->sh->id, l->id, s->recs[done - 1].seq, l->wm.floor}, .owner_epoch = s->sh->epoch};
-  int rc;
-  QIM__MB_CALL(rc, s->w, mailboxes.watermark_advance, &r);
-  if (rc) return rc;
-  if (r.advance.materialized > l->wm.materialized) l->wm.materialized = r.advance.materialized;
+  qim_mailbox_seq to = s->recs[done - 1].seq;
+  if (s->advanced != done) { /* fences, records without batches, a partial step, a replay */
+    qim_store_watermark_advance_req r = {.advance = {s->sh->id, l->id, to, l->wm.floor},
+                                         .owner_epoch = s->sh->epoch};
+    int rc;
+    QIM__MB_CALL(rc, s->w, mailboxes.watermark_advance, &r);
+    if (rc) return rc;
+  }
+  if (to > l->wm.materialized) l->wm.materialized = to;
   l->next_offset = s->recs[done - 1].log->offset + 1;
   if (!atomic_load(&l->ready) && l->next_offset > s->sh->fence_offset) {
     atomic_store(&l->ready, true);

@@ -6,6 +6,8 @@
  * at most once and runs on one worker at a time (the queued / running flags, under the pool
  * mutex), which is what lets a lane keep its working state without locks. A wake-up that
  * arrives while a task runs sets `kick`, so it runs again at once instead of being lost.
+ * Queuing a task wakes ONE idle worker (not all of them: a kicked lane is one task), and a
+ * worker that puts its own task back at the head of the queue wakes nobody: it takes it next.
  *
  * Inside a step a worker submits store requests with completions on its own blocking queue and
  * waits for them there: many requests can be in flight at once (the store group-commits them),
@@ -25,8 +27,7 @@ uint64_t qim__mb_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Inserts `t` by due time, after tasks due at the same time (FIFO among equals), and wakes a
- * worker when `wake` (a worker putting back its own task needs no other). Holds mu. */
+/* Inserts `t` by due time, after tasks due at the same time (FIFO among equals). Holds mu. */
 static void enqueue(mb_pool *p, mb_task *t, uint64_t due, bool wake) {
   t->due_ns = due;
   t->queued = true;
@@ -34,13 +35,7 @@ static void enqueue(mb_pool *p, mb_task *t, uint64_t due, bool wake) {
   while (*pp && (*pp)->due_ns <= due) pp = &(*pp)->next;
   t->next = *pp;
   *pp = t;
-  /* One task needs one worker: waking all of them (a herd of futex wake-ups, each worker
-   * then queueing on mu) was most of the idle workers' time. A canceller waits on the same
-   * cv and could swallow a single signal, so while one waits everybody is woken. */
-  if (p->cancelling)
-    pthread_cond_broadcast(&p->cv);
-  else if (wake)
-    pthread_cond_signal(&p->cv);
+  if (wake) pthread_cond_signal(&p->cv);
 }
 
 static void dequeue(mb_pool *p, mb_task *t) {
@@ -76,9 +71,7 @@ void qim__mb_pool_cancel(mb_pool *p, mb_task *t) {
     if (t->queued) dequeue(p, t);
     t->kick = false;
     if (!t->running) break;
-    p->cancelling++;
-    pthread_cond_wait(&p->cv, &p->mu);
-    p->cancelling--;
+    pthread_cond_wait(&p->done_cv, &p->mu);
   }
   pthread_mutex_unlock(&p->mu);
 }
@@ -97,11 +90,12 @@ static void run_task(mb_pool *p, mb_task *t, mb_worker *w) {
   pthread_mutex_lock(&p->mu);
   if (oneshot) return; /* a job may have freed itself */
   t->running = false;
-  /* This worker loops back to the queue at once and takes or waits for the head itself. */
-  if (t->kick || delay >= 0)
+  if (t->kick || delay >= 0) {
     enqueue(p, t, qim__mb_now_ns() + (t->kick ? 0 : (uint64_t)delay * 1000000u), false);
+    if (p->head != t) pthread_cond_signal(&p->cv); /* we take the head next, not necessarily t */
+  }
   t->kick = false;
-  if (p->cancelling) pthread_cond_broadcast(&p->cv); /* it waits for running to drop */
+  pthread_cond_broadcast(&p->done_cv); /* qim__mb_pool_cancel waits for running to drop */
 }
 
 static void *worker_main(void *arg) {
@@ -130,6 +124,7 @@ static void *worker_main(void *arg) {
 int qim__mb_pool_start(qim_mailbox *m, mb_pool *p, uint32_t workers) {
   pthread_mutex_init(&p->mu, NULL);
   qim_cond_init_monotonic(&p->cv);
+  pthread_cond_init(&p->done_cv, NULL);
   p->workers = qim_calloc(workers, sizeof *p->workers);
   for (uint32_t i = 0; i < workers; i++) {
     mb_worker *w = &p->workers[i];
@@ -166,11 +161,11 @@ void qim__mb_pool_stop(mb_pool *p) {
   p->workers = NULL;
   p->count = 0;
   pthread_cond_destroy(&p->cv);
+  pthread_cond_destroy(&p->done_cv);
   pthread_mutex_destroy(&p->mu);
 }
 
-/* ---- store calls from a worker ------------------------------------------------------------------
- */
+/* ---- store calls from a worker ------------------------------------------------------------------ */
 
 static void req_done(qim_store_req *r) {
   mb_worker *w = r->data;

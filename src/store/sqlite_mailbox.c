@@ -135,10 +135,12 @@ static bool chunks_subset(const uint8_t *a, size_t an, const uint8_t *b, size_t 
 
 /* ---- append --------------------------------------------------------------------------------- */
 
-static int append_prepare(const sq_store *st, qim_store_req *base) {
-  qim_store_mailbox_append_req *r = (void *)base;
-  const qim_append_mailbox_batch *b = r->batch;
-  if (!b || !lane_valid(st, b->shard, b->lane) || (b->entry_count && !b->entries)) return -EINVAL;
+static size_t batch_count(const qim_store_mailbox_append_req *r) {
+  return r->batch_count ? r->batch_count : 1;
+}
+
+static int batch_valid(const sq_store *st, const qim_append_mailbox_batch *b) {
+  if (!lane_valid(st, b->shard, b->lane) || (b->entry_count && !b->entries)) return -EINVAL;
   const qim_dispatch_progress *p = &b->progress;
   if (memcmp(&p->dispatch_id, &b->dispatch_id, 16) || p->shard != b->shard || p->lane != b->lane ||
       (p->completed_chunk_count && !p->completed_chunks))
@@ -149,6 +151,17 @@ static int append_prepare(const sq_store *st, qim_store_req *base) {
   if (!has_chunk) return -EINVAL; /* the progress written must include this chunk */
   for (size_t i = 0; i < b->entry_count; i++)
     if (b->entries[i].mailbox_seq != b->mailbox_seq) return -EINVAL;
+  return 0;
+}
+
+static int append_prepare(const sq_store *st, qim_store_req *base) {
+  qim_store_mailbox_append_req *r = (void *)base;
+  if (!r->batch) return -EINVAL;
+  for (size_t i = 0; i < batch_count(r); i++) {
+    const qim_append_mailbox_batch *b = &r->batch[i];
+    if (batch_valid(st, b) || b->shard != r->batch[0].shard || b->lane != r->batch[0].lane)
+      return -EINVAL;
+  }
   return 0;
 }
 
@@ -243,15 +256,10 @@ static int write_progress(sq_conn *c, const qim_append_mailbox_batch *b, const q
   return sq_run(c, st);
 }
 
-static int append_exec(sq_conn *c, qim_store_req *base) {
-  qim_store_mailbox_append_req *r = (void *)base;
-  const qim_append_mailbox_batch *b = r->batch;
-  qim_shard_epoch epoch;
-  int rc = sq_shard_epoch(c, b->shard, &epoch);
-  if (rc) return rc;
-  if (epoch != r->owner_epoch) return qim_err_raise(QIM_E_MATERIALIZE_SHARD_NOT_OWNED);
-  r->out = (qim_durability_receipt){b->dispatch_id, b->lane, b->mailbox_seq};
-  rc = find_chunk(c, b, &r->out.mailbox_seq);
+/* One batch, the shard's epoch already checked: its receipt in *out. */
+static int append_one(sq_conn *c, const qim_append_mailbox_batch *b, qim_durability_receipt *out) {
+  *out = (qim_durability_receipt){b->dispatch_id, b->lane, b->mailbox_seq};
+  int rc = find_chunk(c, b, &out->mailbox_seq);
   if (rc) return rc < 0 ? rc : 0; /* a replay: the original receipt */
   qim_bytes chunks = chunks_encode(b->progress.completed_chunks, b->progress.completed_chunk_count);
   rc = check_progress(c, b, &chunks);
@@ -259,6 +267,28 @@ static int append_exec(sq_conn *c, qim_store_req *base) {
   if (rc == 0) rc = write_progress(c, b, &chunks);
   qim_bytes_free(&chunks);
   return rc;
+}
+
+static int advance_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane,
+                        uint64_t materialized, uint64_t floor);
+
+static int append_exec(sq_conn *c, qim_store_req *base) {
+  qim_store_mailbox_append_req *r = (void *)base;
+  const qim_append_mailbox_batch *first = r->batch;
+  qim_shard_epoch epoch;
+  int rc = sq_shard_epoch(c, first->shard, &epoch);
+  if (rc) return rc;
+  if (epoch != r->owner_epoch) return qim_err_raise(QIM_E_MATERIALIZE_SHARD_NOT_OWNED);
+  for (size_t i = 0; i < batch_count(r); i++) {
+    qim_durability_receipt out;
+    if ((rc = append_one(c, &r->batch[i], &out))) return rc; /* the savepoint undoes the others */
+    /* The watermark must not pass a dispatch whose chunk is stored at another seq. */
+    if (r->advance_to && out.mailbox_seq != r->batch[i].mailbox_seq)
+      return qim_err_raise(QIM_E_MATERIALIZE_PROGRESS_CONFLICT);
+    if (i == 0) r->out = out;
+    if (r->out_receipts) r->out_receipts[i] = out;
+  }
+  return r->advance_to ? advance_lane(c, first->shard, first->lane, r->advance_to, 0) : 0;
 }
 
 const sq_op sq_op_mailbox_append = {"mailboxes.append", true, append_prepare,
@@ -445,6 +475,28 @@ static int trim_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane, u
   return 0;
 }
 
+/* Forward-only: a lower value (a late or replayed advance) changes nothing. */
+static int advance_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane,
+                        uint64_t materialized, uint64_t floor) {
+  qim_lane_watermark cur;
+  int rc = watermark_row(c, shard, lane, &cur);
+  if (rc) return rc;
+  if (materialized < cur.materialized) materialized = cur.materialized;
+  if (floor < cur.floor) floor = cur.floor;
+  if (materialized == cur.materialized && floor == cur.floor) return 0;
+  sqlite3_stmt *st = sq_prep(c,
+                             "INSERT INTO lane_watermarks(shard, lane, materialized, floor)"
+                             " VALUES(?, ?, ?, ?) ON CONFLICT(shard, lane) DO UPDATE SET"
+                             " materialized = excluded.materialized, floor = excluded.floor");
+  if (!st) return sq_last_error(c);
+  sqlite3_bind_int64(st, 1, shard);
+  sqlite3_bind_int(st, 2, lane);
+  sq_bind_u64(st, 3, materialized);
+  sq_bind_u64(st, 4, floor);
+  if ((rc = sq_run(c, st))) return rc;
+  return floor > cur.floor ? trim_lane(c, shard, lane, floor) : 0;
+}
+
 static int watermark_advance_exec(sq_conn *c, qim_store_req *base) {
   qim_store_watermark_advance_req *r = (void *)base;
   const qim_watermark_advance *a = &r->advance;
@@ -452,23 +504,7 @@ static int watermark_advance_exec(sq_conn *c, qim_store_req *base) {
   int rc = sq_shard_epoch(c, a->shard, &epoch);
   if (rc) return rc;
   if (epoch != r->owner_epoch) return qim_err_raise(QIM_E_MATERIALIZE_SHARD_NOT_OWNED);
-  qim_lane_watermark cur;
-  if ((rc = watermark_row(c, a->shard, a->lane, &cur))) return rc;
-  /* Forward-only: a lower value (a late or replayed advance) changes nothing. */
-  uint64_t materialized = a->materialized > cur.materialized ? a->materialized : cur.materialized;
-  uint64_t floor = a->floor > cur.floor ? a->floor : cur.floor;
-  if (materialized == cur.materialized && floor == cur.floor) return 0;
-  sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO lane_watermarks(shard, lane, materialized, floor)"
-                             " VALUES(?, ?, ?, ?) ON CONFLICT(shard, lane) DO UPDATE SET"
-                             " materialized = excluded.materialized, floor = excluded.floor");
-  if (!st) return sq_last_error(c);
-  sqlite3_bind_int64(st, 1, a->shard);
-  sqlite3_bind_int(st, 2, a->lane);
-  sq_bind_u64(st, 3, materialized);
-  sq_bind_u64(st, 4, floor);
-  if ((rc = sq_run(c, st))) return rc;
-  return floor > cur.floor ? trim_lane(c, a->shard, a->lane, floor) : 0;
+  return advance_lane(c, a->shard, a->lane, a->materialized, a->floor);
 }
 
 const sq_op sq_op_watermark_advance = {

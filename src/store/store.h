@@ -541,8 +541,24 @@ typedef struct { qim_store_req req; qim_mailbox_shard_id shard; qim_shard_epoch 
  * shard or mailbox seq, or completed chunks the batch's progress lacks. -EINVAL: a batch
  * inconsistent in itself (progress for another dispatch/shard/lane, progress not
  * including chunk_id, an entry with another mailbox_seq).
+ *
+ * Several batches and the lane's watermark in ONE transaction (so a materializer step costs
+ * one durable write): `batch` points to `batch_count` batches (0 reads as 1), all of one
+ * (shard, lane); `out_receipts`, when set, gets each one's receipt (`out` the first's). All or
+ * nothing: the first batch that fails fails the request and nothing is written. `advance_to`
+ * (0: none) then moves LaneWatermark.materialized forward to it, as watermark_advance would
+ * with the stored floor, in the same transaction; with it, a batch whose chunk is already
+ * stored at another mailbox seq is PROGRESS_CONFLICT (the watermark never passes it).
  */
-typedef struct { qim_store_req req; const qim_append_mailbox_batch *batch; qim_shard_epoch owner_epoch; qim_durability_receipt out; } qim_store_mailbox_append_req;
+typedef struct {
+  qim_store_req req;
+  const qim_append_mailbox_batch *batch;
+  qim_shard_epoch owner_epoch;
+  qim_durability_receipt out;
+  size_t batch_count;
+  qim_durability_receipt *out_receipts;
+  qim_mailbox_seq advance_to;
+} qim_store_mailbox_append_req;
 
 typedef struct { qim_store_req req; qim_dispatch_id dispatch_id; qim_lane_id lane; bool out_found; qim_dispatch_progress out; } qim_store_progress_get_req;
 

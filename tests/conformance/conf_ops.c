@@ -802,23 +802,45 @@ static int dec_batch(conf_ctx *c, json_t *v, qim_append_mailbox_batch *b) {
   return conf_dec_progress(c, conf_get(c, v, "progress"), &b->progress);
 }
 
+static json_t *receipt_json(const qim_durability_receipt *r) {
+  json_t *o = json_object();
+  put(o, "dispatch_id", conf_json_id16(r->dispatch_id.b));
+  put(o, "lane", conf_json_u64(r->lane));
+  put(o, "mailbox_seq", conf_json_u64(r->mailbox_seq));
+  return o;
+}
+
+/* "batch" (one) or "batches" (several in one request, out "receipts"), optional "advance_to". */
 static int op_mailbox_append(conf_ctx *c, json_t *in, int *st, json_t *out) {
   qim_store_mailbox_append_req r = {0};
-  qim_append_mailbox_batch b = {0};
-  uint64_t epoch;
-  int rc = dec_batch(c, conf_get(c, in, "batch"), &b);
+  json_t *many = conf_get(c, in, "batches");
+  size_t n = many ? json_array_size(many) : 1;
+  qim_append_mailbox_batch *b = qim_calloc(n ? n : 1, sizeof *b);
+  qim_durability_receipt *receipts = qim_calloc(n ? n : 1, sizeof *receipts);
+  uint64_t epoch, advance_to = 0;
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < n; i++)
+    rc = dec_batch(c, many ? json_array_get(many, i) : conf_get(c, in, "batch"), &b[i]);
   if (!rc) rc = conf_get_u64(c, in, "owner_epoch", &epoch);
+  if (!rc && conf_get(c, in, "advance_to")) rc = conf_get_u64(c, in, "advance_to", &advance_to);
   if (!rc) {
-    r.batch = &b;
+    r.batch = b;
+    r.batch_count = many ? n : 0;
+    r.out_receipts = many ? receipts : NULL;
+    r.advance_to = advance_to;
     r.owner_epoch = (qim_shard_epoch)epoch;
     *st = SYNC(c, mailboxes.append, &r);
-    if (*st == 0) {
-      put(out, "dispatch_id", conf_json_id16(r.out.dispatch_id.b));
-      put(out, "lane", conf_json_u64(r.out.lane));
-      put(out, "mailbox_seq", conf_json_u64(r.out.mailbox_seq));
+    if (*st == 0 && many) {
+      json_t *a = json_array();
+      for (size_t i = 0; i < n; i++) json_array_append_new(a, receipt_json(&receipts[i]));
+      put(out, "receipts", a);
+    } else if (*st == 0) {
+      merge(out, receipt_json(&r.out));
     }
   }
-  free_batch(&b);
+  for (size_t i = 0; i < n; i++) free_batch(&b[i]);
+  qim_free(b);
+  qim_free(receipts);
   return rc;
 }
 

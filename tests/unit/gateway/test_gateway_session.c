@@ -83,6 +83,22 @@ static int publish(gwc *c, const char *topic, const char *text, bool noecho) {
   return seq;
 }
 
+/* Publishes a noecho text with a client-chosen cmid (the n-th); returns the seq of the 202. */
+static int publish_cmid(gwc *c, const char *topic, int n) {
+  char id[16];
+  snprintf(id, sizeof id, "p%d", ++counter);
+  gwc_sendf(
+      c,
+      "{\"pub\":{\"id\":\"%s\",\"topic\":\"%s\",\"noecho\":true,\"cmid\":\"cmidcmidcmidcmid%05dA\","
+      "\"content\":\"own\"}}",
+      id, topic, n);
+  json_t *j;
+  int code = gwc_code(c, id, &j);
+  int seq = code == 202 ? (int)json_integer_value(json_object_get(params_of(j), "seq")) : -code;
+  json_decref(j);
+  return seq;
+}
+
 /* Waits for the {data} of `seq` on c; returns its content string (static buffer) or NULL. */
 static const char *data_of(gwc *c, int seq, int timeout_ms) {
   static char content[256];
@@ -409,10 +425,13 @@ static void test_paused_materialization_acks_but_delivers_only_after_resume(void
   assert_null(data_of(&b, 1, 700)); /* acknowledged, not delivered */
   /* More noecho pubs in the pipeline at once than any fixed ring would remember. */
   for (int i = 2; i <= 41; i++) assert_int_equal(publish(&a, topic, "burst", true), i);
+  /* The same with cmids the client chose: each is remembered until its echo is dropped. */
+  for (int i = 42; i <= 141; i++) assert_int_equal(publish_cmid(&a, topic, i), i);
   assert_int_equal(admin_pipeline(false), 200);
   assert_string_equal(data_of(&b, 1, 5000), "held");
   assert_string_equal(data_of(&b, 41, 5000), "burst");
-  assert_null(data_of(&b, 1, 300));     /* once */
+  assert_string_equal(data_of(&b, 141, 5000), "own");
+  assert_null(data_of(&b, 1, 300));             /* once */
   assert_null(gwc_wait(&a, "data", NULL, 300)); /* noecho: no {data} at all to the sender */
   gwc_close(&a);
   gwc_close(&b);

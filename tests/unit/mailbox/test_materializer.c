@@ -3,7 +3,8 @@
  * their MailboxSeq (the record's stamped epoch and offset, equal in every lane), Mention,
  * Membership and Control entries reaching offline members, body inlining, a stalled lane that
  * hides nothing and shows everything once it resumes, durability before push, the push
- * registry, and the lane errors DispatchCorrupt, ProgressConflict and Unavailable.
+ * registry, one append request per step (its watermark included), and the lane errors
+ * DispatchCorrupt, ProgressConflict and Unavailable.
  */
 #include "mb_fixture.h"
 
@@ -456,9 +457,45 @@ static void test_store_failures_are_retried_and_reported_unavailable(void **stat
   fx_wrap_free(wrap);
 }
 
+/* A lane that finds several dispatches writes them, and moves its watermark over them, in ONE
+ * append request; a lane without recipients in them advances alone. */
+static void test_a_step_writes_its_batches_and_watermark_in_one_request(void **state) {
+  world *w = *state;
+  fx_wrap *wrap = fx_wrap_new(w->env->store);
+  qim_mailbox_options o = fx_mb_options();
+  qim_mailbox *m = fx_mailbox(&wrap->base, &o);
+  fx_acquire_all(m);
+  assert_int_equal(qim_mailbox_drain(m, 10000), 0);
+  assert_int_equal(qim_mailbox_lane_pause(m, 0, 1), 0);
+  int appends = fx_wrap_calls(wrap, FX_MB_APPEND), advances = fx_wrap_calls(wrap, FX_WM_ADVANCE);
+  qim_user_id u = fx_user_on(0, 1, 0), v = fx_user_on(0, 1, 1);
+  qim_user_id r[] = {u, v};
+  qim_mailbox_seq last = 0;
+  for (uint64_t n = 0; n < 3; n++) {
+    fx_msg msg = text(110 + n, u);
+    last = fx_send(w->env->store, &msg, 0, r, 2);
+  }
+  assert_int_equal(qim_mailbox_lane_resume(m, 0, 1), 0);
+  qim_mailbox_notify(m, 0);
+  assert_int_equal(qim_mailbox_drain(m, 10000), 0);
+  assert_int_equal(fx_wrap_calls(wrap, FX_MB_APPEND) - appends, 1);
+  assert_true(fx_wrap_calls(wrap, FX_WM_ADVANCE) - advances >= 1); /* lane 0: nothing to write */
+  qim_mailbox_lane_status st;
+  qim_mailbox_lane_status_get(m, 0, 1, &st);
+  assert_int_equal(st.watermark.materialized, last);
+  assert_int_equal(st.batches, 3);
+  fx_pulled p = fx_pull_all(m, v, 0, 100);
+  assert_int_equal(p.n, 3);
+  assert_int_equal(p.e[2].mailbox_seq, last);
+  fx_pulled_free(&p);
+  qim_mailbox_free(m);
+  fx_wrap_free(wrap);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_entries_carry_the_records_seq_in_every_lane, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_step_writes_its_batches_and_watermark_in_one_request, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mentioned_recipients_get_a_mention_entry_after_the_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_membership_and_control_entries_reach_offline_members, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_stalled_lane_hides_its_users_entries_until_it_resumes, setup, teardown),
