@@ -325,7 +325,8 @@ async function main() {
   const rand = rng(o.seed);
   console.log(`# seed ${o.seed}: ${o.kills} kills, ${o.clients} clients, window ${o.window}`);
   // Rate limits protect the server from clients; they are not what this test is about.
-  const lifted = ['--send-rate', '1000000', '--send-burst', '1000000', '--login-rate', '1000000', '--login-burst', '1000000'];
+  const lifted = ['--send-rate', '1000000', '--send-burst', '1000000', '--login-rate', '1000000', '--login-burst', '1000000',
+    '--request-rate', '1000000', '--request-burst', '1000000'];
   const q = new Qimd(o.qimd, lifted);
   const clients = Array.from({ length: o.clients }, (_, i) => new Client(i, `crash${i}`, o.window));
   let ok = false;
