@@ -80,8 +80,10 @@ BB=$BUILD/bench
 free_port() {
   local p
   for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 40000))
-    if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then echo $p; return; fi
+    # Below the kernel's ephemeral range (32768+ here): the thousands of client sockets
+    # the echo and socket-cost steps open must not be holding the port qimd wants.
+    p=$((10000 + RANDOM % 22000))
+    if ! ss -Htan "sport = :$p" 2>/dev/null | grep -q .; then echo $p; return; fi
   done
   echo "run.sh: no free port" >&2; exit 1
 }
