@@ -94,6 +94,8 @@ typedef struct qim_config {
   uint64_t mailbox_retention_interval_ms; /* how often each lane trims */
   uint32_t membership_versions_kept; /* newest membership versions of a group kept readable
                                         (older ones are pruned); 0 = keep every version */
+  uint32_t commit_linger_us;         /* store group commit: how long a transaction stays open
+                                        for more writes under steady load (0 = never) */
 
   /* Clients, tenants and accounts. */
   qim_config_api_key api_keys[QIM_CONFIG_MAX_API_KEYS];

@@ -35,6 +35,10 @@ void qim_log_set_sink(void (*sink)(const char *line, void *ctx), void *ctx);
 void qim_log(qim_log_level level, const qim_trace_id *trace, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Names the calling thread for perf, top -H and gdb ("qim-" + `role`, cut to the kernel's
+ * 15 bytes), so a profile tells the store writer from a gateway loop. */
+void qim_log_name_thread(const char *role);
+
 #define QIM_LOGI(trace, event, ...) qim_log(QIM_LOG_INFO, trace, event, __VA_ARGS__)
 #define QIM_LOGW(trace, event, ...) qim_log(QIM_LOG_WARN, trace, event, __VA_ARGS__)
 #define QIM_LOGE(trace, event, ...) qim_log(QIM_LOG_ERROR, trace, event, __VA_ARGS__)

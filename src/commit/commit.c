@@ -195,6 +195,7 @@ static void wake_run(qim_cq_item *it) { (void)it; }
 static void *worker_main(void *arg) {
   qim__commit_worker *w = arg;
   qim_commit *c = w->c;
+  qim_log_name_thread("commit");
   while (!atomic_load(&c->stopping)) {
     int timeout = -1;
     if (w->index == 0 && c->cfg.maintenance_interval_ms > 0) {
@@ -272,6 +273,7 @@ static int commit_init(qim_commit *c, qim_store *store, const qim_clock *clock, 
   c->keys = qim_calloc(c->key_slots, sizeof *c->keys);
   c->conv_slots = 64;
   c->convs = qim_calloc(c->conv_slots, sizeof *c->convs);
+  c->facts = qim_calloc(QIM__FACTS_SLOTS, sizeof *c->facts);
   if (c->cfg.rate_per_sec > 0)
     c->rate = qim__rate_new(c->cfg.rate_per_sec, c->cfg.rate_burst, c->cfg.rate_max_users);
   c->worker_count = c->cfg.workers;
@@ -314,6 +316,7 @@ static void free_tables(qim_commit *c) {
   }
   qim_free(c->keys);
   qim_free(c->convs);
+  qim_free(c->facts);
 }
 
 void qim_commit_destroy(qim_commit *c) {

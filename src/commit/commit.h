@@ -125,6 +125,8 @@ typedef struct qim_commit_op {
  * retry with the same cmid finishes it); COMMIT_UNAVAILABLE (the store refused or
  * failed before reserve); COMMIT_INVARIANT_VIOLATION (the outbox envelope's record
  * differs from the intent's).
+ * The reserve of a fresh key also moves the sender's read and recv up to the message's
+ * seq (the sender has read what it sent; store.h, `sender_read`).
  */
 int qim_commit_send(qim_commit *c, const qim_authenticated_send *s, qim_commit_op *op);
 

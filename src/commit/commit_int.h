@@ -111,6 +111,22 @@ struct qim__commit_conv {
   bool gate_busy;                           /* the gate is releasing sends: keep the struct */
 };
 
+/*
+ * What never changes about a conversation once it exists: its kind and, for a direct
+ * one, its two users. A direct-mapped cache of these lets a plain send to a known
+ * conversation go straight to its reserve (whose transaction checks membership, ban and
+ * W mode, and deletion, store.h), instead of reading the conversation and the sender's
+ * row first. A colliding conversation evicts the slot; a miss reads the store again.
+ */
+#define QIM__FACTS_SLOTS 4096
+typedef struct qim__conv_facts {
+  bool valid;
+  qim_tenant_id tenant_id;
+  qim_conversation_id id;
+  qim_conversation_kind kind;
+  qim_user_id direct_users[2];
+} qim__conv_facts;
+
 enum { QIM__SEND_CLIENT = 0, QIM__SEND_CONTROL = 1 };
 
 /* The working state of one qim_commit_op. */
@@ -132,8 +148,9 @@ struct qim__commit_send {
   qim_trace_id trace;
   qim_message_id message_id;
   qim_last_activity_id activity_id;
-  qim_store_conversation conv;               /* owned, from conversations.get */
-  qim_store_member member;                   /* owned, the sender's row */
+  qim__conv_facts facts;                     /* the conversation's kind and direct users */
+  bool authorize;                            /* the reserve checks ban and W (no member read) */
+  qim_store_member member;                   /* owned, the sender's row (mentions, replies) */
   qim_commit_intent proposal;                /* content borrowed, audience owned */
   qim__commit_entry *entry;                  /* the placeholder this send reserves through */
   qim__commit_conv *gate;                    /* the conversation whose gate holds it, or NULL */
@@ -191,6 +208,7 @@ struct qim_commit {
   size_t key_slots;
   qim__commit_conv **convs;                  /* conversation table */
   size_t conv_slots, conv_count;
+  qim__conv_facts *facts;                    /* QIM__FACTS_SLOTS, direct-mapped */
 
   qim__commit_worker *workers;
   unsigned worker_count;

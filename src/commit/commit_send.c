@@ -42,7 +42,6 @@ static void op_item_run(qim_cq_item *it) {
 }
 
 static void send_free(qim__commit_send *x) {
-  qim_store_conversation_free(&x->conv);
   qim_store_member_free(&x->member);
   qim_delivery_audience_free(&x->proposal.delivery.audience);
   qim_free(x);
@@ -187,16 +186,16 @@ static void mention_checked(qim_store_req *r) {
   check_mentions(x);
 }
 
-static bool is_direct_user(const qim_store_conversation *cv, qim_user_id u) {
-  return qim_u128_eq(cv->direct_users[0].v, u.v) || qim_u128_eq(cv->direct_users[1].v, u.v);
+static bool is_direct_user(const qim__conv_facts *f, qim_user_id u) {
+  return qim_u128_eq(f->direct_users[0].v, u.v) || qim_u128_eq(f->direct_users[1].v, u.v);
 }
 
 /* Every mention target must be a current member (a direct conversation: one of its two). */
 static void check_mentions(qim__commit_send *x) {
   for (; x->mention_i < x->mention_count; x->mention_i++) {
     qim_user_id u = x->mentions[x->mention_i];
-    if (x->conv.kind == QIM_CONVERSATION_DIRECT) {
-      if (!is_direct_user(&x->conv, u))
+    if (x->facts.kind == QIM_CONVERSATION_DIRECT) {
+      if (!is_direct_user(&x->facts, u))
         return checks_done(x, qim_err_raise(QIM_E_COMMIT_INVALID_REFERENCE));
       continue;
     }
@@ -224,12 +223,16 @@ static void member_checked(qim_store_req *r) {
   check_mentions(x);
 }
 
-static void conv_checked(qim_store_req *r) {
-  qim__commit_send *x = r->data;
-  if (r->status < 0) return checks_done(x, map_store_error(r->status));
-  x->conv = x->rq.conv_get.out;
-  if (x->conv.deleted) return checks_done(x, qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED));
+/* The conversation's kind is known. A plain client send (no mentions, no reply) needs
+ * nothing more before its reserve: the reserve itself checks the sender's membership, ban
+ * and W mode in the transaction that allocates the seq (`authorize`). Mentions and replies
+ * need the sender's row first (its membership window). */
+static void facts_known(qim__commit_send *x) {
   if (x->kind == QIM__SEND_CONTROL) return checks_done(x, 0);
+  if (x->mention_count == 0 && !x->has_reply) {
+    x->authorize = true;
+    return checks_done(x, 0);
+  }
   qim_store_member_get_req *g = &x->rq.member_get;
   memset(g, 0, sizeof *g);
   prep(x, member_checked);
@@ -238,6 +241,35 @@ static void conv_checked(qim_store_req *r) {
   g->user_id = x->actor.user_id;
   int rc = x->c->store->vt->conversations.member_get(x->c->store, g);
   if (rc < 0) checks_done(x, map_store_error(rc));
+}
+
+static qim__conv_facts *facts_slot(qim_commit *c, qim_tenant_id t, qim_conversation_id id) {
+  uint64_t h = (id.v.hi ^ id.v.lo ^ t.v.lo) * UINT64_C(0x9E3779B97F4A7C15);
+  return &c->facts[(h >> 32) % QIM__FACTS_SLOTS];
+}
+
+/* c->mu held. True (and x->facts set) when the conversation's facts are cached. */
+static bool facts_find(qim__commit_send *x) {
+  const qim__conv_facts *f = facts_slot(x->c, x->actor.tenant_id, x->conv_id);
+  if (!f->valid || !qim_u128_eq(f->id.v, x->conv_id.v) || !qim_u128_eq(f->tenant_id.v, x->actor.tenant_id.v))
+    return false;
+  x->facts = *f;
+  return true;
+}
+
+static void conv_checked(qim_store_req *r) {
+  qim__commit_send *x = r->data;
+  if (r->status < 0) return checks_done(x, map_store_error(r->status));
+  qim_store_conversation *cv = &x->rq.conv_get.out;
+  bool deleted = cv->deleted;
+  x->facts = (qim__conv_facts){.valid = true, .tenant_id = x->actor.tenant_id, .id = x->conv_id,
+                               .kind = cv->kind, .direct_users = {cv->direct_users[0], cv->direct_users[1]}};
+  qim_store_conversation_free(cv);
+  if (deleted) return checks_done(x, qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED));
+  pthread_mutex_lock(&x->c->mu);
+  *facts_slot(x->c, x->actor.tenant_id, x->conv_id) = x->facts;
+  pthread_mutex_unlock(&x->c->mu);
+  facts_known(x);
 }
 
 /* ---- the proposal and reserve ------------------------------------------------------- */
@@ -260,9 +292,9 @@ static void build_proposal(qim__commit_send *x) {
     a->direct.recipient_count = x->audience->direct.recipient_count;
     a->direct.recipients = qim_memdup(x->audience->direct.recipients,
                                       a->direct.recipient_count * sizeof *a->direct.recipients);
-  } else if (x->conv.kind == QIM_CONVERSATION_DIRECT) {
+  } else if (x->facts.kind == QIM_CONVERSATION_DIRECT) {
     a->kind = QIM_DELIVERY_AUDIENCE_DIRECT;
-    a->direct.recipients = qim_memdup(x->conv.direct_users, sizeof x->conv.direct_users);
+    a->direct.recipients = qim_memdup(x->facts.direct_users, sizeof x->facts.direct_users);
     a->direct.recipient_count = 2;
   } else {
     a->kind = QIM_DELIVERY_AUDIENCE_GROUP_SNAPSHOT;
@@ -315,6 +347,8 @@ static void send_reserve(qim__commit_send *x) {
   memset(q, 0, sizeof *q);
   prep(x, reserve_done);
   q->proposal = &x->proposal;
+  q->authorize = x->authorize;
+  q->sender_read = x->kind == QIM__SEND_CLIENT;
   q->commit = c->cfg.commit_in_reserve;
   q->now = qim__wall_ms(c);
   int rc = c->store->vt->intents.reserve(c->store, q);
@@ -534,7 +568,8 @@ static int take_ids(qim__commit_send *x) {
   return rc;
 }
 
-/* Attaches to a live entry of the key, or starts the checks with conversations.get. */
+/* Attaches to a live entry of the key, or starts the checks: from the conversation's cached
+ * facts, or with conversations.get. */
 static int send_begin(qim__commit_send *x) {
   qim_commit *c = x->c;
   char conv[33], cmid[33];
@@ -544,13 +579,20 @@ static int send_begin(qim__commit_send *x) {
   pthread_mutex_lock(&c->mu);
   int rc = c->closing ? -ESHUTDOWN : 0;
   qim__commit_entry *e = rc == 0 ? qim__entry_find(c, &(qim_commit_key){x->actor.tenant_id, x->actor.user_id, x->cmid}) : NULL;
+  bool known = false;
   if (e)
     rc = attach(x, e);
-  else if (rc == 0)
+  else if (rc == 0) {
     gate_enter(c, x);
+    known = facts_find(x);
+  }
   pthread_mutex_unlock(&c->mu);
   if (rc < 0 || e) {
     if (rc < 0) return send_drop(x, rc);
+    return 0;
+  }
+  if (known) {
+    facts_known(x);
     return 0;
   }
   qim_store_conv_get_req *g = &x->rq.conv_get;

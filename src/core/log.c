@@ -96,3 +96,9 @@ void qim_log(qim_log_level level, const qim_trace_id *trace, const char *event, 
   va_end(ap2);
   va_end(ap);
 }
+
+void qim_log_name_thread(const char *role) {
+  char name[16]; /* the kernel keeps 15 bytes and the NUL */
+  snprintf(name, sizeof name, "qim-%s", role);
+  (void)pthread_setname_np(pthread_self(), name);
+}

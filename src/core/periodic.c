@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <time.h>
 
+#include "qim/log.h"
+
 void qim_periodic_init(qim_periodic *p) {
   *p = (qim_periodic){0};
   pthread_mutex_init(&p->mu, NULL);
@@ -20,6 +22,7 @@ void qim_periodic_destroy(qim_periodic *p) {
 
 static void *periodic_main(void *arg) {
   qim_periodic *p = arg;
+  qim_log_name_thread("periodic");
   pthread_mutex_lock(&p->mu);
   while (!p->stop) {
     pthread_mutex_unlock(&p->mu);

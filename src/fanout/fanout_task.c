@@ -31,6 +31,7 @@ static void wait_ms(qim__fanout *f, uint32_t ms) {
 static void *task_main(void *arg) {
   qim__fanout *f = arg;
   uint32_t backoff = 0;
+  qim_log_name_thread("fanout");
   pthread_mutex_lock(&f->mu);
   while (!f->stopping) {
     pthread_mutex_unlock(&f->mu);

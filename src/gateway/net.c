@@ -243,6 +243,7 @@ static void thread_main(void *arg) {
   net_loop *l = arg;
   qim_net *net = l->net;
   tls_loop = l;
+  qim_log_name_thread("net");
   if (net->h.on_loop_start) net->h.on_loop_start(net, l->index, &l->uv, net->h.ud);
   uv_run(&l->uv, UV_RUN_DEFAULT);
   tls_loop = NULL;

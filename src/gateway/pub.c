@@ -6,8 +6,8 @@
  * (push.c). With noecho the sending session is left out of that push.
  *
  * Two paths. A plain message (no head.replace, no mentions) goes straight to the
- * asynchronous commit from the loop, and the sender's read/recv move with an asynchronous
- * store call. An edit (head.replace) or a message with mentions needs the history
+ * asynchronous commit from the loop; the commit's reserve also moves the sender's
+ * read/recv to the new seq. An edit (head.replace) or a message with mentions needs the history
  * module's checks (the replaced message must be the sender's; mentions of non-members are
  * dropped), which block, so it runs qim_history_publish in a worker.
  */
@@ -28,35 +28,6 @@ typedef struct pub_op {
   qim_history_tinode_msg m;
 } pub_op;
 
-/* The receipts of the sender move to its own message; the reply does not wait for it. */
-typedef struct receipt_op {
-  qim_store_member_receipt_req q;
-  gw_loop *loop;
-} receipt_op;
-
-static void receipt_done(qim_store_req *req) {
-  receipt_op *o = (receipt_op *)req;
-  gw_loop *l = o->loop;
-  qim_free(o);
-  qim__gw_loop_release(l);
-}
-
-static void sender_receipts(gw_loop *l, const qim_authenticated_actor *a, qim_conversation_id conv,
-                            qim_conversation_seq seq) {
-  receipt_op *o = qim_calloc(1, sizeof *o);
-  o->loop = l;
-  o->q = (qim_store_member_receipt_req){.req = {.cq = l->cq, .done = receipt_done}, .tenant_id = a->tenant_id,
-                                        .conversation_id = conv, .user_id = a->user_id, .read_seq = seq,
-                                        .recv_seq = seq};
-  qim__gw_loop_hold(l);
-  qim_store *st = l->gw->d.store;
-  if (st->vt->conversations.member_receipt(st, &o->q) != 0) {
-    QIM_LOGW(NULL, "gateway.sender_receipt_refused", "seq=%llu", (unsigned long long)seq);
-    qim_free(o);
-    qim__gw_loop_release(l);
-  }
-}
-
 static void ack(gw_session *s, const gw_req *r, qim_conversation_seq seq) {
   qim__gw_ctrl(s, r, NULL, 202, "accepted", json_pack("{sI}", "seq", (json_int_t)seq));
   qim_gateway *g = s->loop->gw;
@@ -76,8 +47,7 @@ static void pub_done(qim_commit_op *op) {
   const qim_commit_result *res = &op->result;
   if (res->status == 0) {
     qim_conversation_seq seq = res->ack.coordinates.conversation_seq;
-    ack(s, r, seq);
-    sender_receipts(l, &p->send.actor, p->send.request.conversation_id, seq);
+    ack(s, r, seq); /* the sender's read/recv moved to seq in the reserve (commit.h) */
   } else {
     if (res->status != QIM_E_COMMIT_PERMISSION_DENIED && res->status != QIM_E_COMMIT_RATE_LIMITED)
       QIM_LOGW(&r->trace, "gateway.pub_failed", "topic=%s err=%s", r->msg.topic, qim_err_name(res->status));

@@ -101,6 +101,7 @@ static void run_task(mb_pool *p, mb_task *t, mb_worker *w) {
 static void *worker_main(void *arg) {
   mb_worker *w = arg;
   mb_pool *p = &w->m->pool;
+  qim_log_name_thread("mailbox");
   pthread_mutex_lock(&p->mu);
   while (!p->stopping) {
     mb_task *t = p->head;

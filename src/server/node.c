@@ -143,7 +143,7 @@ int qim_node_open(qim_node *n, const qim_config *cfg, const qim_node_options *op
   if (sodium_init() < 0) return fail(n, "sodium", -ENOSYS);
   int rc = load_secret(cfg->data_dir, n->secret);
   if (rc) return fail(n, "secret", rc);
-  qim_store_options so = {.shards = shards_of(cfg)};
+  qim_store_options so = {.shards = shards_of(cfg), .commit_linger_us = cfg->commit_linger_us};
   if ((rc = qim_store_open(cfg->store_url, &so, &n->store))) return fail(n, "store", rc);
   /* Consumers first, so each producer's hint has its target from the start: the mailbox
    * (lanes replayed until ready), the fanout (started once the commit has recovered). */

@@ -370,19 +370,19 @@ static int queue_push(sq_store *st, sq_queue *q, qim_store_req *r) {
 }
 
 /* Takes up to `max` requests; blocks until one is queued, the queue closes (returns 0
- * with nothing taken) or, when timeout_ms >= 0, the time passes (*timed_out). */
-static size_t queue_take(sq_queue *q, uint32_t max, qim_store_req **out, int timeout_ms,
-                         bool *timed_out) {
+ * with nothing taken) or the CLOCK_REALTIME `deadline` passes (*timed_out); a NULL
+ * deadline waits for ever. */
+static size_t queue_take_until(sq_queue *q, uint32_t max, qim_store_req **out,
+                               const struct timespec *deadline, bool *timed_out) {
   *timed_out = false;
   pthread_mutex_lock(&q->mu);
   q->waiting++;
-  if (!q->head && !q->closing && timeout_ms >= 0) {
-    struct timespec ts = qim_deadline_after_ms(CLOCK_REALTIME, timeout_ms);
+  if (!q->head && !q->closing && deadline) {
     while (!q->head && !q->closing)
-      if (pthread_cond_timedwait(&q->cv, &q->mu, &ts) == ETIMEDOUT) break;
+      if (pthread_cond_timedwait(&q->cv, &q->mu, deadline) == ETIMEDOUT) break;
     *timed_out = !q->head && !q->closing;
   }
-  while (!q->head && !q->closing && timeout_ms < 0) pthread_cond_wait(&q->cv, &q->mu);
+  while (!q->head && !q->closing && !deadline) pthread_cond_wait(&q->cv, &q->mu);
   q->waiting--;
   qim_store_req *head = q->head, *last = NULL, *r = head;
   size_t n = 0;
@@ -396,6 +396,14 @@ static size_t queue_take(sq_queue *q, uint32_t max, qim_store_req **out, int tim
   pthread_mutex_unlock(&q->mu);
   *out = n ? head : NULL;
   return n;
+}
+
+/* queue_take_until with a timeout in ms; timeout_ms < 0 waits for ever. */
+static size_t queue_take(sq_queue *q, uint32_t max, qim_store_req **out, int timeout_ms,
+                         bool *timed_out) {
+  struct timespec ts;
+  if (timeout_ms >= 0) ts = qim_deadline_after_ms(CLOCK_REALTIME, timeout_ms);
+  return queue_take_until(q, max, out, timeout_ms >= 0 ? &ts : NULL, timed_out);
 }
 
 static void queue_close(sq_queue *q) {
@@ -414,14 +422,24 @@ static unsigned hist_bucket(size_t n) {
   return 7;
 }
 
+/* Monotonic time (vDSO, no system call; a thread-CPU clock is one here): what an
+ * operation, a COMMIT or a checkpoint holds its thread up, fsyncs included (op_counts). */
+static uint64_t wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Runs one operation under its savepoint. Returns false when SQLite lost the whole
  * transaction (the op's status is then left for the caller to set). */
 static bool run_in_savepoint(sq_conn *c, qim_store_req *r) {
   const sq_op *op = ops[r->op_];
+  uint64_t t0 = wall_ns();
   int rc = exec_cached(c, "SAVEPOINT op");
   if (rc) return false;
   int status = op->exec(c, r);
   release_used(c);
+  atomic_fetch_add_explicit(&c->st->stats.op_ns[r->op_], wall_ns() - t0, memory_order_relaxed);
   if (sqlite3_get_autocommit(c->db)) {
     r->status = 0; /* not its own failure: fail_batch reports the lost transaction */
     return false;
@@ -446,22 +464,76 @@ static void fail_batch(qim_store_req *list, size_t ran, bool commit_failed) {
   }
 }
 
+/*
+ * The linger. A COMMIT costs this machine far more than an operation (its fsync and the
+ * WAL pages every transaction rewrites: the tails of the logs and indexes, the B-tree
+ * paths), so under a steady stream of writes a transaction that stays open a little
+ * longer takes the operations that arrive meanwhile, executing each as it comes, and one
+ * COMMIT serves them all. Only the COMMIT waits: nothing queued is held back. Whether it
+ * pays is measured: `linger_gain` is a moving average (x16) of the operations each linger
+ * gathered; when it falls below one (a lone client whose next write waits for this
+ * one's answer), the writer commits at once and tries lingering again every 32nd batch.
+ */
+#define LINGER_PROBE_EVERY 32
+
+static bool linger_wanted(sq_store *st, size_t n) {
+  if (!st->opt.commit_linger_us || n >= st->opt.max_batch) return false;
+  return st->linger_gain >= 16 || ++st->linger_skipped % LINGER_PROBE_EVERY == 0;
+}
+
+/* Runs what arrives until the linger ends or the batch is full; `tail` is the last request
+ * of the batch so far, *n and *ran its size and how many ran. False when an operation lost
+ * the transaction (as run_in_savepoint). */
+static bool linger(sq_store *st, sq_conn *c, qim_store_req *tail, size_t *n, size_t *ran) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)st->opt.commit_linger_us * 1000u;
+  deadline.tv_sec += (time_t)(ns / 1000000000u);
+  deadline.tv_nsec = (long)(ns % 1000000000u);
+  size_t gained = 0;
+  bool ok = true, timed_out = false;
+  while (ok && !timed_out && *n < st->opt.max_batch) {
+    qim_store_req *more;
+    size_t k = queue_take_until(&st->wq, st->opt.max_batch - (uint32_t)*n, &more, &deadline, &timed_out);
+    if (!k) break;
+    tail->next_ = more;
+    *n += k;
+    gained += k;
+    for (qim_store_req *r = more; ok && r; r = r->next_) {
+      r->error = (qim_error){0};
+      ++*ran;
+      ok = run_in_savepoint(c, r);
+      tail = r;
+    }
+  }
+  st->linger_gain = st->linger_gain - st->linger_gain / 16 + (uint32_t)(gained > 64 ? 64 : gained);
+  atomic_fetch_add_explicit(&st->stats.lingers, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&st->stats.lingered, gained, memory_order_relaxed);
+  return ok;
+}
+
 static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
   sq_conn *c = &st->wconn;
   size_t ran = 0;
   bool ok = exec_cached(c, "BEGIN IMMEDIATE") == 0;
+  qim_store_req *tail = NULL;
   for (qim_store_req *r = list; ok && r; r = r->next_) {
     r->error = (qim_error){0};
     ran++;
     ok = run_in_savepoint(c, r);
+    tail = r;
   }
+  if (ok && linger_wanted(st, n)) ok = linger(st, c, tail, &n, &ran);
   bool commit_failed = false;
   if (ok) {
     if (st->opt.before_commit) st->opt.before_commit(st->opt.hook_ctx);
+    uint64_t t0 = wall_ns();
     if (exec_cached(c, "COMMIT") != 0) {
       commit_failed = true;
       ok = false;
     }
+    atomic_fetch_add_explicit(&st->stats.commit_ns, wall_ns() - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->stats.commits, 1, memory_order_relaxed);
   }
   if (!ok) {
     if (!sqlite3_get_autocommit(c->db)) exec_cached(c, "ROLLBACK");
@@ -497,7 +569,10 @@ static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames) {
                    (uint64_t)frames > before ? (uint64_t)frames - before : (uint64_t)frames);
   st->wal_frames = (uint64_t)frames;
   if (frames >= CHECKPOINT_FRAMES) {
+    uint64_t t0 = wall_ns();
     sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    atomic_fetch_add_explicit(&st->stats.checkpoint_ns, wall_ns() - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->stats.checkpoints, 1, memory_order_relaxed);
   }
   return SQLITE_OK;
 }
@@ -524,6 +599,7 @@ static void *writer_main(void *arg) {
   sq_store *st = arg;
   bool dirty = false;
   uint64_t last_checkpoint = mono_ms();
+  qim_log_name_thread("writer");
   for (;;) {
     qim_store_req *list;
     bool timed_out;
@@ -551,8 +627,10 @@ static void reader_run(sq_store *st, sq_conn *c, qim_store_req *r) {
   r->error = (qim_error){0};
   int status = exec_cached(c, "BEGIN");
   if (status == 0) {
+    uint64_t t0 = wall_ns();
     status = op->exec(c, r);
     release_used(c);
+    atomic_fetch_add_explicit(&st->stats.op_ns[r->op_], wall_ns() - t0, memory_order_relaxed);
     int end = exec_cached(c, status == 0 ? "COMMIT" : "ROLLBACK");
     if (status == 0) status = end;
   }
@@ -569,6 +647,7 @@ typedef struct reader_arg {
 static void *reader_main(void *arg) {
   reader_arg a = *(reader_arg *)arg;
   qim_free(arg);
+  qim_log_name_thread("reader");
   for (;;) {
     qim_store_req *r;
     bool timed_out;
@@ -591,7 +670,9 @@ static int submit(qim_store *s, qim_store_req *r, sq_op_id id) {
   r->op_ = (int)id;
   r->status = 0;
   r->error = (qim_error){0};
-  return queue_push(st, op->write ? &st->wq : &st->rq, r);
+  int rc = queue_push(st, op->write ? &st->wq : &st->rq, r);
+  if (rc == 0) atomic_fetch_add_explicit(&st->stats.by_op[id], 1, memory_order_relaxed);
+  return rc;
 }
 
 #define SQ_SUBMIT_(E, n, T)                          \
@@ -644,7 +725,7 @@ static int conn_open(sq_store *st, sq_conn *c, bool writer) {
   memset(c, 0, sizeof *c);
   c->st = st;
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (writer ? SQLITE_OPEN_CREATE : 0);
-  int rc = sqlite3_open_v2(st->path, &c->db, flags, store_vfs());
+  int rc = sqlite3_open_v2(st->path, &c->db, flags, sq_vfs_wal_gather(store_vfs()));
   if (rc != SQLITE_OK) {
     QIM_LOGE(NULL, "store.sqlite.open", "path=\"%s\" msg=\"%s\"", st->path,
              c->db ? sqlite3_errmsg(c->db) : "out of memory");
@@ -685,8 +766,31 @@ static void conn_close(sq_conn *c) {
   c->db = NULL;
 }
 
+/* One line at close: how many of each operation ran and the microseconds they took
+ * (name=count/us), then the writer's COMMITs and busy checkpoints and what lingering
+ * added: for profiling a workload (which stage reads or writes how often, and what it
+ * costs, per message). */
+static void log_op_counts(sq_store *st) {
+  char text[4096];
+  size_t len = 0;
+  for (int i = 0; i < SQ_OP_COUNT && len < sizeof text - 96; i++) {
+    uint64_t n = atomic_load(&st->stats.by_op[i]), ns = atomic_load(&st->stats.op_ns[i]);
+    if (n) len += (size_t)snprintf(text + len, sizeof text - len, "%s%s=%llu/%llu", len ? " " : "",
+                                   ops[i]->name, (unsigned long long)n,
+                                   (unsigned long long)(ns / 1000));
+  }
+  if (len)
+    QIM_LOGI(NULL, "store.sqlite.op_counts", "%s commit=%llu/%llu checkpoint=%llu/%llu lingered=%llu",
+             text, (unsigned long long)atomic_load(&st->stats.commits),
+             (unsigned long long)(atomic_load(&st->stats.commit_ns) / 1000),
+             (unsigned long long)atomic_load(&st->stats.checkpoints),
+             (unsigned long long)(atomic_load(&st->stats.checkpoint_ns) / 1000),
+             (unsigned long long)atomic_load(&st->stats.lingered));
+}
+
 static void store_close(qim_store *s) {
   sq_store *st = (sq_store *)s;
+  log_op_counts(st);
   /* Closing a queue lets its threads drain what is queued, then exit. */
   queue_close(&st->wq);
   queue_close(&st->rq);
@@ -712,6 +816,8 @@ static void store_stats(qim_store *s, qim_store_stats *out) {
       .rejected_backpressure = atomic_load(&st->stats.rejected),
       .reads = atomic_load(&st->stats.reads),
       .pages_written = atomic_load(&st->stats.pages),
+      .lingers = atomic_load(&st->stats.lingers),
+      .lingered = atomic_load(&st->stats.lingered),
   };
   for (int i = 0; i < 8; i++) out->batch_hist[i] = atomic_load(&st->stats.hist[i]);
 }
@@ -802,6 +908,7 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
   sq_store *st = qim_calloc(1, sizeof *st);
   st->base.vt = &sqlite_vtable;
   st->opt = *opt;
+  st->linger_gain = 16; /* linger from the start; the average decides from there */
   apply_defaults(&st->opt);
   int rc = queue_init(&st->wq, st->opt.queue_capacity);
   if (rc == 0) rc = queue_init(&st->rq, st->opt.queue_capacity);
@@ -812,7 +919,14 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
   rc = parse_location(location, st);
   if (rc == 0) rc = conn_open(st, &st->wconn, true);
   if (rc == 0) rc = sq_schema_migrate(&st->wconn, &st->opt.shards);
-  if (rc == 0) sqlite3_wal_hook(st->wconn.db, wal_hook, st);
+  if (rc == 0) {
+    /* The hook counts pages against the WAL's size: start from what is in it already
+     * (the schema, or what a crash left), not from zero. */
+    int log_frames = 0, done = 0;
+    sqlite3_wal_checkpoint_v2(st->wconn.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log_frames, &done);
+    st->wal_frames = log_frames > 0 ? (uint64_t)log_frames : 0;
+    sqlite3_wal_hook(st->wconn.db, wal_hook, st);
+  }
   if (rc == 0) {
     st->rconns = qim_calloc(st->opt.reader_threads, sizeof *st->rconns);
     for (uint32_t i = 0; rc == 0 && i < st->opt.reader_threads; i++)

@@ -100,17 +100,30 @@ int sq_conv_target_shards(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
   return rc;
 }
 
-int sq_member_is_current(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, qim_user_id user,
-                         bool *out) {
+int sq_member_may_send(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, qim_user_id user,
+                       bool writer, bool *out) {
   sqlite3_stmt *st = sq_prep(c,
-                             "SELECT 1 FROM members WHERE tenant=? AND conv=? AND user=?"
-                             " AND left_at IS NULL");
+                             "SELECT banned, mode_want & mode_given FROM members"
+                             " WHERE tenant=? AND conv=? AND user=? AND left_at IS NULL");
   if (!st) return sq_last_error(c);
   sq_bind_conv(st, 1, t, conv);
   sq_bind_u128(st, 3, user.v);
   int rc = sq_step(c, st);
-  *out = rc == 1;
+  *out = rc == 1 && (!writer || (!sqlite3_column_int(st, 0) &&
+                                 (sqlite3_column_int64(st, 1) & QIM_MODE_W)));
   return rc < 0 ? rc : 0;
+}
+
+int sq_member_read_up_to(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, qim_user_id user,
+                         qim_conversation_seq seq) {
+  sqlite3_stmt *st = sq_prep(c,
+                             "UPDATE members SET read_seq=max(read_seq, ?4),"
+                             " recv_seq=max(recv_seq, ?4) WHERE tenant=?1 AND conv=?2 AND user=?3");
+  if (!st) return sq_last_error(c);
+  sq_bind_conv(st, 1, t, conv);
+  sq_bind_u128(st, 3, user.v);
+  sq_bind_u64(st, 4, seq);
+  return sq_run(c, st);
 }
 
 /* ---- membership rows --------------------------------------------------------------------- */

@@ -131,9 +131,15 @@ struct sq_store {
   sq_conn wconn;
   sq_conn *rconns;
   uint64_t wal_frames; /* WAL size after the last commit (writer thread only) */
+  uint32_t linger_gain, linger_skipped; /* writer thread only: see linger() in sqlite.c */
   struct {
     _Atomic uint64_t operations, transactions, fsyncs, failed, rejected, reads, pages;
     _Atomic uint64_t hist[8];
+    _Atomic uint64_t by_op[SQ_OP_COUNT];    /* submissions accepted, per operation */
+    _Atomic uint64_t op_ns[SQ_OP_COUNT];    /* time spent executing them */
+    _Atomic uint64_t commit_ns, commits;    /* writer COMMITs (WAL write + fsync) */
+    _Atomic uint64_t lingers, lingered;     /* lingers, and operations they added */
+    _Atomic uint64_t checkpoint_ns, checkpoints; /* busy checkpoints, wall time */
   } stats;
 };
 
@@ -228,9 +234,19 @@ void sq_content_wipe(qim_message_content *content);
 /* sqlite_conv.c: the target shards of the current membership, ascending. */
 int sq_conv_target_shards(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
                           qim_mailbox_shard_id **out, size_t *count);
-/* sqlite_conv.c: true when `user` is a current member of the conversation. */
-int sq_member_is_current(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, qim_user_id user,
-                         bool *out);
+/* sqlite_conv.c: true when `user` is a current member of the conversation; with `writer`
+ * also not banned and holding W in both its wanted and its given mode. */
+int sq_member_may_send(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, qim_user_id user,
+                       bool writer, bool *out);
+/* sqlite_conv.c: the member's read and recv move up to `seq` (forward only; the caller
+ * knows seq is at most the conversation's latest_seq). */
+int sq_member_read_up_to(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, qim_user_id user,
+                         qim_conversation_seq seq);
+
+/* sqlite_vfs.c: the name of a VFS that gathers WAL appends into one write per sync on
+ * top of VFS `base` (NULL: the default), registering it on first use; `base` itself when
+ * that is not possible. */
+const char *sq_vfs_wal_gather(const char *base);
 
 /* sqlite.c: schema creation and migrations on the writer connection. */
 int sq_schema_migrate(sq_conn *c, const qim_shard_config *shards);

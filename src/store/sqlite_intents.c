@@ -225,16 +225,21 @@ static int reserve_fresh(sq_conn *c, qim_store_intent_reserve_req *r, const uint
   int rc = conv_position_get(c, p, &pos);
   if (rc) return rc;
   bool control = p->record.content.message_type == QIM_MESSAGE_TYPE_CONTROL;
-  if (!control) { /* a Control message is the system speaking, e.g. about a leaver */
-    bool member;
-    rc = sq_member_is_current(c, p->key.tenant_id, p->coordinates.conversation_id, p->key.sender_id,
-                              &member);
+  /* A Control message is the system speaking, e.g. about a leaver: no sender checks. */
+  if (!control) {
+    bool may;
+    rc = sq_member_may_send(c, p->key.tenant_id, p->coordinates.conversation_id, p->key.sender_id,
+                            r->authorize, &may);
     if (rc) return rc;
-    if (!member) return qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED);
+    if (!may) return qim_err_raise(QIM_E_COMMIT_PERMISSION_DENIED);
   }
   qim_conversation_seq seq = control ? pos.latest_seq : pos.latest_seq + 1;
   if (seq >= SEQ_LIMIT) return qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION);
   if ((rc = conv_position_take(c, p, seq, control))) return rc;
+  if (!control && r->sender_read &&
+      (rc = sq_member_read_up_to(c, p->key.tenant_id, p->coordinates.conversation_id,
+                                 p->key.sender_id, seq)))
+    return rc;
   qim_commit_intent *in = &r->out.intent;
   qim_commit_intent_copy(in, p);
   in->state = QIM_COMMIT_STATE_RESERVED;

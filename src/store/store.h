@@ -340,10 +340,20 @@ typedef struct {
  * are undone and the reply is FRESH / Reserved as without `commit` (the caller takes the
  * staged path). A backend that does not offer it ignores `commit` and answers FRESH.
  * Existing and committed keys answer as without it (out_committed_here false).
+ *
+ * `authorize` (a client's send): a FRESH reserve of a message that is not a Control also
+ * refuses, with COMMIT_PERMISSION_DENIED, a sender who is banned or lacks W in both the
+ * wanted and the given mode, checked in the same transaction that allocates the seq (no
+ * window between a permission read and the reserve). `sender_read`: the same reserve
+ * moves the sender's read and recv up to the new seq, as conversations.member_receipt
+ * would (the sender has read what it sent); Existing and committed keys did so at their
+ * own reserve. Both are ignored for Control messages.
  */
 typedef struct {
   qim_store_req req;
   const qim_commit_intent *proposal;
+  bool authorize;                   /* in: also check the sender's ban and W mode */
+  bool sender_read;                 /* in: the sender's read/recv move to the new seq */
   bool commit;                      /* in: try the one-transaction commit of a fresh key */
   qim_timestamp_millis now;         /* in: the commit time when `commit` */
   qim_reserve_result out;
@@ -648,6 +658,9 @@ typedef struct qim_store_options {
                                   4096); full → -EAGAIN */
   uint32_t reader_threads;     /* default 2 (at most 64) */
   uint32_t max_batch;          /* operations per group commit (default 512) */
+  uint32_t commit_linger_us;   /* under a steady stream of writes, how long the writer keeps a
+                                  transaction open for more operations before its COMMIT
+                                  (0, the default: commit what was queued at once) */
   /* Test hook, called by the writer thread before each fsync'ing COMMIT (e.g. a slow
    * fsync for liveness tests). NULL in production. */
   void (*before_commit)(void *ctx);
@@ -670,6 +683,8 @@ struct qim_store_stats {
   uint64_t rejected_backpressure; /* submissions refused with -EAGAIN (queue full) */
   uint64_t reads;                 /* read operations executed */
   uint64_t pages_written;         /* pages the commits wrote to the log (sqlite: WAL frames) */
+  uint64_t lingers;               /* transactions kept open for more writes (commit_linger_us) */
+  uint64_t lingered;              /* write operations those lingers added to their transaction */
   uint64_t batch_hist[8]; /* batches of size 1, 2-3, 4-7, 8-15, 16-63, 64-255, 256-1023, 1024+ */
 };
 void qim_store_get_stats(qim_store *s, qim_store_stats *out);

@@ -399,6 +399,8 @@ static int op_reserve(conf_ctx *c, json_t *in, int *st, json_t *out) {
   r.proposal = &proposal;
   int rc = 0;
   if (present(c, in, "commit")) rc = conf_get_bool(c, in, "commit", &r.commit);
+  if (!rc && present(c, in, "authorize")) rc = conf_get_bool(c, in, "authorize", &r.authorize);
+  if (!rc && present(c, in, "sender_read")) rc = conf_get_bool(c, in, "sender_read", &r.sender_read);
   if (!rc && present(c, in, "now")) rc = conf_get_u64(c, in, "now", &r.now);
   if (rc) {
     qim_commit_intent_free(&proposal);

@@ -12,11 +12,12 @@
 
 /* Holds the first send's conversation read until the second send has passed every check
  * and the commit has finished handling that (a marker posted behind the second send's
- * member read on its own queue runs). */
+ * conversation read on its own queue runs: a plain send's reserve checks membership
+ * itself, so that read is its last check). */
 typedef struct hold {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int conv_gets, member_gets;
+  int conv_gets;
   bool first_held, marker_ran;
   qim_cq_item marker;
 } hold;
@@ -38,9 +39,9 @@ static void hold_after(hook_store *h, const char *op, qim_store_req *req) {
     H.first_held = true;
     pthread_cond_broadcast(&H.cv);
     while (!H.marker_ran) pthread_cond_wait(&H.cv, &H.mu);
-  } else if (strcmp(op, "conversations.member_get") == 0 && ++H.member_gets == 1) {
-    /* The first send is held before its member read, so this is the second send's. The
-     * marker runs on its queue right after the commit handled this completion. */
+  } else if (strcmp(op, "conversations.get") == 0 && H.conv_gets == 2) {
+    /* The second send's read (the first's is held). The marker runs on its queue right
+     * after the commit handled this completion. */
     H.marker.run = marker_run;
     qim_cq_post(req->cq, &H.marker);
   }

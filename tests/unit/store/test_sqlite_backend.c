@@ -2,8 +2,9 @@
  * test_sqlite_backend.c — the SQLite backend's machinery, which the conformance vectors
  * cannot see: group commit really batches, a failing operation fails alone inside a
  * batch, a transaction SQLite rolls back whole fails every operation in it, a full queue
- * is backpressure, completions arrive on the caller's event loop, data survives a
- * reopen, and the shard configuration is fixed at creation.
+ * is backpressure, a lingering transaction takes the writes that arrive meanwhile but
+ * stops lingering for a lone client, completions arrive on the caller's event loop, data
+ * survives a reopen, and the shard configuration is fixed at creation.
  */
 #include <time.h>
 #include <uv.h>
@@ -339,6 +340,67 @@ static void test_completions_run_on_the_loop_thread(void **state) {
 
 /* ---- reopening ------------------------------------------------------------------------------ */
 
+/* ---- the linger (commit_linger_us) ------------------------------------------------------- */
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Writes that arrive while a transaction lingers join it: one COMMIT for all. */
+static void test_linger_gathers_writes_that_arrive_while_it_waits(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-linger");
+  qim_store_options o = fx_options();
+  o.commit_linger_us = 300000; /* far longer than the pause between the writes below */
+  qim_store *s = fx_open(dir, NULL, &o);
+  qim_cq *cq;
+  assert_int_equal(qim_cq_new_blocking(&cq), 0);
+  qim_store_stats before, after;
+  qim_store_get_stats(s, &before);
+  append_op ops[3];
+  int done = 0;
+  for (int i = 0; i < 3; i++) {
+    append_init(&ops[i], (uint64_t)i + 1, "l", 1);
+    fx_async(&ops[i].req.req, cq, &done);
+    assert_int_equal(s->vt->logs.append(s, &ops[i].req), 0);
+    if (i == 0) sleep_ms(50); /* the first is executed and waiting for company by now */
+  }
+  fx_wait_count(cq, &done, 3);
+  for (int i = 0; i < 3; i++) assert_int_equal(ops[i].req.req.status, 0);
+  qim_store_get_stats(s, &after);
+  assert_int_equal(after.transactions - before.transactions, 1);
+  assert_true(after.lingers - before.lingers >= 1);
+  assert_int_equal(outbox_count(s), 3);
+  qim_store_close(s);
+  qim_cq_free(cq);
+  qim_test_rmtree(dir);
+}
+
+/* A client whose next write waits for the answer to its last gains nothing from a
+ * linger: after one that gathered nothing the writer commits at once, trying again only
+ * every 32nd batch. */
+static void test_linger_stops_for_a_lone_sequential_client(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-linger-lone");
+  qim_store_options o = fx_options();
+  o.commit_linger_us = 20000;
+  qim_store *s = fx_open(dir, NULL, &o);
+  qim_store_stats before, after;
+  qim_store_get_stats(s, &before);
+  for (int i = 0; i < 64; i++) {
+    append_op op;
+    append_init(&op, (uint64_t)i + 1, "s", 1);
+    assert_int_equal(QIM_STORE_SYNC(s, logs.append, &op.req), 0);
+  }
+  qim_store_get_stats(s, &after);
+  assert_int_equal(after.transactions - before.transactions, 64);
+  assert_true(after.lingers - before.lingers <= 4); /* the first, then a probe per 32 */
+  assert_int_equal(after.lingered - before.lingered, 0);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
 static void test_reopen_keeps_committed_data(void **state) {
   (void)state;
   char *dir = qim_test_tmpdir("store-reopen");
@@ -475,6 +537,8 @@ int main(void) {
       cmocka_unit_test(test_whole_transaction_rollback_fails_every_operation),
       cmocka_unit_test(test_full_queue_is_backpressure),
       cmocka_unit_test(test_completions_run_on_the_loop_thread),
+      cmocka_unit_test(test_linger_gathers_writes_that_arrive_while_it_waits),
+      cmocka_unit_test(test_linger_stops_for_a_lone_sequential_client),
       cmocka_unit_test(test_reopen_keeps_committed_data),
       cmocka_unit_test(test_reopen_with_other_shard_config_is_refused),
       cmocka_unit_test(test_wiped_body_leaves_no_bytes_on_disk),

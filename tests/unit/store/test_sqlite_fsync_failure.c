@@ -3,147 +3,29 @@
  * fails ("durability not confirmed"), none is reported done, nothing of it is visible, and
  * the store carries on once the disk recovers.
  *
- * The failure is injected with a pass-through SQLite VFS registered as the default before
- * the store opens: it forwards everything to the real VFS except xSync on the WAL file
- * while `fail_sync` is set.
+ * The failure is injected with the pass-through VFS of pass_vfs.h, registered as the
+ * default before the store opens: it fails xSync on the WAL file while `fail_sync` is set.
  */
 #include <sqlite3.h>
 #include <stdatomic.h>
 
+#include "pass_vfs.h"
 #include "store_fixture.h"
 
-/* ---- the fault-injecting VFS ------------------------------------------------------------ */
+/* ---- the fault: the pass-through VFS fails WAL syncs while fail_sync is set ---------------- */
 
-typedef struct shim_file {
-  sqlite3_file base;
-  sqlite3_file *real;
-  int is_wal;
-} shim_file;
-
-static sqlite3_vfs *real_vfs;
-static sqlite3_vfs shim_vfs;
 static atomic_int fail_sync;
 static atomic_int failed_syncs;
 
-#define REAL(f) (((shim_file *)(f))->real)
-#define FWD(f, m, ...) REAL(f)->pMethods->m(REAL(f), ##__VA_ARGS__)
-
-static int shim_close(sqlite3_file *f) {
-  int rc = FWD(f, xClose);
-  sqlite3_free(REAL(f));
-  return rc;
-}
-static int shim_read(sqlite3_file *f, void *p, int n, sqlite3_int64 off) {
-  return FWD(f, xRead, p, n, off);
-}
-static int shim_write(sqlite3_file *f, const void *p, int n, sqlite3_int64 off) {
-  return FWD(f, xWrite, p, n, off);
-}
-static int shim_truncate(sqlite3_file *f, sqlite3_int64 size) {
-  return FWD(f, xTruncate, size);
-}
-static int shim_sync(sqlite3_file *f, int flags) {
-  if (((shim_file *)f)->is_wal && atomic_load(&fail_sync)) {
-    atomic_fetch_add(&failed_syncs, 1);
-    return SQLITE_IOERR_FSYNC;
-  }
-  return FWD(f, xSync, flags);
-}
-static int shim_size(sqlite3_file *f, sqlite3_int64 *size) {
-  return FWD(f, xFileSize, size);
-}
-static int shim_lock(sqlite3_file *f, int l) {
-  return FWD(f, xLock, l);
-}
-static int shim_unlock(sqlite3_file *f, int l) {
-  return FWD(f, xUnlock, l);
-}
-static int shim_check(sqlite3_file *f, int *out) {
-  return FWD(f, xCheckReservedLock, out);
-}
-static int shim_fcntl(sqlite3_file *f, int op, void *arg) {
-  return FWD(f, xFileControl, op, arg);
-}
-static int shim_sector(sqlite3_file *f) {
-  return FWD(f, xSectorSize);
-}
-static int shim_caps(sqlite3_file *f) {
-  return FWD(f, xDeviceCharacteristics);
-}
-static int shim_shm_map(sqlite3_file *f, int pg, int sz, int ext, void volatile **pp) {
-  return FWD(f, xShmMap, pg, sz, ext, pp);
-}
-static int shim_shm_lock(sqlite3_file *f, int off, int n, int flags) {
-  return FWD(f, xShmLock, off, n, flags);
-}
-static void shim_shm_barrier(sqlite3_file *f) {
-  FWD(f, xShmBarrier);
-}
-static int shim_shm_unmap(sqlite3_file *f, int del) {
-  return FWD(f, xShmUnmap, del);
-}
-static int shim_fetch(sqlite3_file *f, sqlite3_int64 off, int n, void **pp) {
-  return FWD(f, xFetch, off, n, pp);
-}
-static int shim_unfetch(sqlite3_file *f, sqlite3_int64 off, void *p) {
-  return FWD(f, xUnfetch, off, p);
-}
-
-static const sqlite3_io_methods shim_io = {
-    3,
-    shim_close,
-    shim_read,
-    shim_write,
-    shim_truncate,
-    shim_sync,
-    shim_size,
-    shim_lock,
-    shim_unlock,
-    shim_check,
-    shim_fcntl,
-    shim_sector,
-    shim_caps,
-    shim_shm_map,
-    shim_shm_lock,
-    shim_shm_barrier,
-    shim_shm_unmap,
-    shim_fetch,
-    shim_unfetch,
-};
-
-static int shim_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out) {
-  (void)vfs;
-  shim_file *s = (shim_file *)f;
-  s->base.pMethods = NULL;
-  s->real = sqlite3_malloc(real_vfs->szOsFile);
-  if (!s->real) return SQLITE_NOMEM;
-  memset(s->real, 0, (size_t)real_vfs->szOsFile);
-  int rc = real_vfs->xOpen(real_vfs, name, s->real, flags, out);
-  if (rc != SQLITE_OK || !s->real->pMethods) {
-    sqlite3_free(s->real);
-    return rc != SQLITE_OK ? rc : SQLITE_CANTOPEN;
-  }
-  s->is_wal = (flags & SQLITE_OPEN_WAL) != 0;
-  s->base.pMethods = &shim_io;
-  return SQLITE_OK;
+static int sync_hook(void) {
+  if (!atomic_load(&fail_sync)) return SQLITE_OK;
+  atomic_fetch_add(&failed_syncs, 1);
+  return SQLITE_IOERR_FSYNC;
 }
 
 static int shim_install(void **state) {
-  (void)state;
-  real_vfs = sqlite3_vfs_find(NULL);
-  shim_vfs = *real_vfs; /* the other entry points are the real ones */
-  shim_vfs.zName = "qim-test-fsync-shim";
-  shim_vfs.szOsFile = (int)sizeof(shim_file);
-  shim_vfs.xOpen = shim_open;
-  shim_vfs.pNext = NULL;
-  return sqlite3_vfs_register(&shim_vfs, 1) == SQLITE_OK ? 0 : -1;
-}
-
-static int shim_remove(void **state) {
-  (void)state;
-  sqlite3_vfs_register(real_vfs, 1);
-  sqlite3_vfs_unregister(&shim_vfs);
-  return 0;
+  pass_vfs_on_wal_sync = sync_hook;
+  return pass_vfs_install(state);
 }
 
 /* ---- the test ---------------------------------------------------------------------------- */
@@ -212,5 +94,5 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_failed_commit_fsync_fails_the_whole_batch),
   };
-  return cmocka_run_group_tests(tests, shim_install, shim_remove);
+  return cmocka_run_group_tests(tests, shim_install, pass_vfs_remove);
 }
