@@ -8,6 +8,7 @@
 #ifndef QIM_CQ_H
 #define QIM_CQ_H
 
+#include <stdbool.h>
 #include <uv.h>
 
 typedef struct qim_cq_item {
@@ -23,6 +24,9 @@ int qim_cq_new_loop(uv_loop_t *loop, qim_cq **out);
 int qim_cq_new_blocking(qim_cq **out);
 /* Any thread. */
 void qim_cq_post(qim_cq *cq, qim_cq_item *it);
+/* True for a queue of qim_cq_new_blocking: its owner is a worker that waits for its
+ * completions (a backend may run such a caller's short reads on the caller's thread). */
+bool qim_cq_is_blocking(const qim_cq *cq);
 /* Posts the items first..last, already linked through `next` (last->next is ignored), in
  * that order with one wakeup: a backend completing many requests of one owner at once
  * wakes it once instead of once per request. Any thread. */

@@ -126,6 +126,8 @@ void qim_cq_post(qim_cq *cq, qim_cq_item *it) {
   qim_cq_post_chain(cq, it, it);
 }
 
+bool qim_cq_is_blocking(const qim_cq *cq) { return cq->kind == CQ_BLOCKING; }
+
 int qim_cq_drain(qim_cq *cq) {
   int total = 0;
   /* Items posted by the callbacks themselves run in this same drain. */

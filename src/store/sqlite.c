@@ -657,6 +657,69 @@ static void *reader_main(void *arg) {
   return NULL;
 }
 
+/* ---- reads on the caller's thread -------------------------------------------------------- */
+
+/*
+ * A worker (its completion queue is a blocking one) waits for its read anyway: handing the
+ * read to a reader thread and the answer back costs two thread wake-ups, each dearer on
+ * this machine than the read itself. So the read runs right here, on a connection taken
+ * from a small pool, and its completion is posted to the caller's queue as always (never
+ * run inside the call). Event loops never get this: their reads stay on the reader
+ * threads, so no loop runs SQL. With every pooled connection busy, the read is queued.
+ */
+static int conn_open(sq_store *st, sq_conn *c, bool writer);
+static void conn_close(sq_conn *c);
+
+static sq_conn *inline_take(sq_store *st) {
+  pthread_mutex_lock(&st->inline_mu);
+  sq_conn *c = NULL;
+  bool open_new = false;
+  if (st->inline_closed) {
+  } else if (st->inline_idle_n) {
+    c = st->inline_idle[--st->inline_idle_n];
+  } else if (st->inline_open < SQ_INLINE_CONNS) {
+    st->inline_open++;
+    open_new = true;
+  }
+  pthread_mutex_unlock(&st->inline_mu);
+  if (!open_new) return c;
+  c = qim_calloc(1, sizeof *c);
+  if (conn_open(st, c, false) == 0) return c;
+  qim_free(c);
+  pthread_mutex_lock(&st->inline_mu);
+  st->inline_open--;
+  pthread_mutex_unlock(&st->inline_mu);
+  return NULL;
+}
+
+static void inline_give(sq_store *st, sq_conn *c) {
+  pthread_mutex_lock(&st->inline_mu);
+  st->inline_idle[st->inline_idle_n++] = c;
+  pthread_mutex_unlock(&st->inline_mu);
+}
+
+/* True when the read ran (and its completion is posted). */
+static bool submit_inline(sq_store *st, qim_store_req *r) {
+  sq_conn *c = inline_take(st);
+  if (!c) return false;
+  atomic_fetch_add_explicit(&st->stats.by_op[r->op_], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&st->stats.reads_inline, 1, memory_order_relaxed);
+  reader_run(st, c, r);
+  inline_give(st, c);
+  return true;
+}
+
+static void inline_close_all(sq_store *st) {
+  pthread_mutex_lock(&st->inline_mu);
+  st->inline_closed = true;
+  for (uint32_t i = 0; i < st->inline_idle_n; i++) {
+    conn_close(st->inline_idle[i]);
+    qim_free(st->inline_idle[i]);
+  }
+  st->inline_idle_n = st->inline_open = 0;
+  pthread_mutex_unlock(&st->inline_mu);
+}
+
 /* ---- submission ------------------------------------------------------------------------ */
 
 static int submit(qim_store *s, qim_store_req *r, sq_op_id id) {
@@ -670,6 +733,7 @@ static int submit(qim_store *s, qim_store_req *r, sq_op_id id) {
   r->op_ = (int)id;
   r->status = 0;
   r->error = (qim_error){0};
+  if (!op->write && qim_cq_is_blocking(r->cq) && submit_inline(st, r)) return 0;
   int rc = queue_push(st, op->write ? &st->wq : &st->rq, r);
   if (rc == 0) atomic_fetch_add_explicit(&st->stats.by_op[id], 1, memory_order_relaxed);
   return rc;
@@ -797,6 +861,8 @@ static void store_close(qim_store *s) {
   pthread_join(st->writer, NULL);
   for (uint32_t i = 0; i < st->reader_count; i++) pthread_join(st->readers[i], NULL);
   for (uint32_t i = 0; i < st->opt.reader_threads; i++) conn_close(&st->rconns[i]);
+  inline_close_all(st);
+  pthread_mutex_destroy(&st->inline_mu);
   conn_close(&st->wconn); /* the last connection checkpoints and removes the WAL */
   queue_destroy(&st->wq);
   queue_destroy(&st->rq);
@@ -816,6 +882,7 @@ static void store_stats(qim_store *s, qim_store_stats *out) {
       .rejected_backpressure = atomic_load(&st->stats.rejected),
       .reads = atomic_load(&st->stats.reads),
       .pages_written = atomic_load(&st->stats.pages),
+      .reads_inline = atomic_load(&st->stats.reads_inline),
       .lingers = atomic_load(&st->stats.lingers),
       .lingered = atomic_load(&st->stats.lingered),
   };
@@ -896,6 +963,7 @@ static void open_fail(sq_store *st, bool threads) {
   conn_close(&st->wconn);
   queue_destroy(&st->wq);
   queue_destroy(&st->rq);
+  pthread_mutex_destroy(&st->inline_mu);
   qim_free(st->rconns);
   qim_free(st->path);
   qim_free(st);
@@ -909,6 +977,7 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
   st->base.vt = &sqlite_vtable;
   st->opt = *opt;
   st->linger_gain = 16; /* linger from the start; the average decides from there */
+  pthread_mutex_init(&st->inline_mu, NULL);
   apply_defaults(&st->opt);
   int rc = queue_init(&st->wq, st->opt.queue_capacity);
   if (rc == 0) rc = queue_init(&st->rq, st->opt.queue_capacity);

@@ -77,6 +77,8 @@ typedef enum sq_op_id {
 
 typedef struct sq_store sq_store;
 
+#define SQ_INLINE_CONNS 16 /* connections for reads on workers' own threads (sqlite.c) */
+
 /* A connection and its prepared-statement cache. Used by exactly one thread. */
 typedef struct sq_conn {
   sqlite3 *db;
@@ -130,6 +132,12 @@ struct sq_store {
   uint32_t reader_count;
   sq_conn wconn;
   sq_conn *rconns;
+  /* Connections for reads run on a worker's own thread (submit_inline in sqlite.c): idle
+   * ones wait here; at most SQ_INLINE_CONNS exist. */
+  pthread_mutex_t inline_mu;
+  sq_conn *inline_idle[SQ_INLINE_CONNS];
+  uint32_t inline_idle_n, inline_open;
+  bool inline_closed;
   uint64_t wal_frames; /* WAL size after the last commit (writer thread only) */
   uint32_t linger_gain, linger_skipped; /* writer thread only: see linger() in sqlite.c */
   struct {
@@ -139,6 +147,7 @@ struct sq_store {
     _Atomic uint64_t op_ns[SQ_OP_COUNT];    /* time spent executing them */
     _Atomic uint64_t commit_ns, commits;    /* writer COMMITs (WAL write + fsync) */
     _Atomic uint64_t lingers, lingered;     /* lingers, and operations they added */
+    _Atomic uint64_t reads_inline;          /* reads run on the submitting worker's thread */
     _Atomic uint64_t checkpoint_ns, checkpoints; /* busy checkpoints, wall time */
   } stats;
 };

@@ -11,7 +11,9 @@
  *            backpressure; -EINVAL: malformed request; -ESHUTDOWN: store closing); the
  *            callback never runs.
  * No event loop ever waits for an fsync. QIM_STORE_SYNC() is the blocking wrapper for
- * tools and tests.
+ * tools and tests. A read submitted with a blocking completion queue (a worker that will
+ * wait for it) may run on the calling thread inside the call; its completion is still
+ * posted to the queue, never run inside the call.
  *
  * Outputs: every pointer/array output is allocated with qim_malloc and owned by the
  * caller after completion; free it with the matching free function in record.h or
@@ -682,6 +684,7 @@ struct qim_store_stats {
   uint64_t failed_operations;     /* write operations completed with a non-zero status */
   uint64_t rejected_backpressure; /* submissions refused with -EAGAIN (queue full) */
   uint64_t reads;                 /* read operations executed */
+  uint64_t reads_inline;          /* of those, run on the submitting worker's own thread */
   uint64_t pages_written;         /* pages the commits wrote to the log (sqlite: WAL frames) */
   uint64_t lingers;               /* transactions kept open for more writes (commit_linger_us) */
   uint64_t lingered;              /* write operations those lingers added to their transaction */

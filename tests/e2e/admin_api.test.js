@@ -54,6 +54,26 @@ test('healthz 200 ok; readyz 200 ready with store, mailbox and fanout ok; other 
   assert.equal((await admin(ctx, '/v0/admin/groups', undefined, { method: 'GET' })).status, 405);
 });
 
+test('stats: the store counters move with the writes a group creation makes; no token 401', async (ctx) => {
+  const get = async (token) => {
+    const headers = token ? { 'X-Qim-Service-Token': token } : {};
+    return httpRequest(ctx, { path: '/v0/admin/stats', headers });
+  };
+  assert.equal((await get(null)).status, 401);
+  const before = JSON.parse((await get(SERVICE_TOKEN)).body).store;
+  for (const k of ['operations', 'transactions', 'fsyncs', 'reads', 'reads_inline', 'pages_written',
+    'lingers', 'lingered', 'rejected_backpressure']) {
+    assert.equal(typeof before[k], 'number', `store.${k} is a number`);
+  }
+  const owner = await rawUser(ctx, 'statsown');
+  const r = await admin(ctx, '/v0/admin/groups', { owner: owner.uid, members: [], public: { fn: 'S' } });
+  assert.equal(r.status, 201);
+  const after = JSON.parse((await get(SERVICE_TOKEN)).body).store;
+  assert.ok(after.operations > before.operations, 'the creation wrote through the store');
+  assert.ok(after.transactions > before.transactions && after.fsyncs > before.fsyncs);
+  assert.ok(after.pages_written > before.pages_written);
+});
+
 test('group routes: no service token 401, a wrong one 403, both InternalIdentityRequired; nothing is created', async (ctx) => {
   const a = await rawUser(ctx, 'owner');
   for (const path of ['/v0/admin/groups', '/v0/admin/members', '/v0/admin/retention']) {

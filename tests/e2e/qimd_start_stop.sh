@@ -26,7 +26,8 @@ fail() {
 free_port() {
   local p
   for _ in $(seq 1 100); do
-    p=$((20000 + RANDOM % 40000))
+    # below the ephemeral range (32768+): no client socket of a parallel test holds it
+    p=$((10000 + RANDOM % 22000))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       echo "$p"
       return 0

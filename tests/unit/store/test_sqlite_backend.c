@@ -401,6 +401,85 @@ static void test_linger_stops_for_a_lone_sequential_client(void **state) {
   qim_test_rmtree(dir);
 }
 
+/* ---- reads on a worker's own thread ------------------------------------------------------ */
+
+#define READERS 32 /* more than the store's 16 pooled connections for them */
+
+typedef struct reading {
+  qim_store *s;
+  int failures, wrong;
+} reading;
+
+static void *read_loop(void *arg) {
+  reading *rd = arg;
+  for (int i = 0; i < 50; i++) {
+    qim_store_log_read_req r = {0};
+    r.stream = outbox();
+    r.max = 10;
+    if (QIM_STORE_SYNC(rd->s, logs.read, &r) != 0) rd->failures++;
+    if (r.out_count != 3) rd->wrong++;
+    for (size_t k = 0; k < r.out_count; k++) qim_store_log_record_free(&r.out_records[k]);
+    qim_free(r.out_records);
+  }
+  return NULL;
+}
+
+/* A worker's read (blocking completion queue) runs inside the call on its own thread, and
+ * still completes through its queue; many at once all get answers (those beyond the pooled
+ * connections wait for a reader thread); an event loop's read never runs on the loop. */
+static void test_worker_reads_run_on_their_own_thread_loop_reads_do_not(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-inline");
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  for (uint64_t i = 1; i <= 3; i++) {
+    append_op op;
+    append_init(&op, i, "r", 1);
+    assert_int_equal(QIM_STORE_SYNC(s, logs.append, &op.req), 0);
+  }
+  qim_store_stats before, after;
+  qim_store_get_stats(s, &before);
+  reading rd[READERS];
+  pthread_t t[READERS];
+  for (int i = 0; i < READERS; i++) {
+    rd[i] = (reading){s, 0, 0};
+    assert_int_equal(pthread_create(&t[i], NULL, read_loop, &rd[i]), 0);
+  }
+  for (int i = 0; i < READERS; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(rd[i].failures, 0);
+    assert_int_equal(rd[i].wrong, 0);
+  }
+  qim_store_get_stats(s, &after);
+  assert_int_equal(after.reads - before.reads, READERS * 50);
+  assert_true(after.reads_inline - before.reads_inline > 0);
+
+  /* The same read from an event loop goes to a reader thread. */
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  qim_cq *cq;
+  assert_int_equal(qim_cq_new_loop(&loop, &cq), 0);
+  qim_store_log_read_req r = {0};
+  r.stream = outbox();
+  r.max = 10;
+  int done = 0;
+  fx_async(&r.req, cq, &done);
+  qim_store_get_stats(s, &before);
+  assert_int_equal(s->vt->logs.read(s, &r), 0);
+  while (!done) uv_run(&loop, UV_RUN_ONCE);
+  assert_int_equal(r.req.status, 0);
+  assert_int_equal(r.out_count, 3);
+  for (size_t k = 0; k < r.out_count; k++) qim_store_log_record_free(&r.out_records[k]);
+  qim_free(r.out_records);
+  qim_store_get_stats(s, &after);
+  assert_int_equal(after.reads_inline, before.reads_inline);
+  qim_cq_free(cq);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
 static void test_reopen_keeps_committed_data(void **state) {
   (void)state;
   char *dir = qim_test_tmpdir("store-reopen");
@@ -539,6 +618,7 @@ int main(void) {
       cmocka_unit_test(test_completions_run_on_the_loop_thread),
       cmocka_unit_test(test_linger_gathers_writes_that_arrive_while_it_waits),
       cmocka_unit_test(test_linger_stops_for_a_lone_sequential_client),
+      cmocka_unit_test(test_worker_reads_run_on_their_own_thread_loop_reads_do_not),
       cmocka_unit_test(test_reopen_keeps_committed_data),
       cmocka_unit_test(test_reopen_with_other_shard_config_is_refused),
       cmocka_unit_test(test_wiped_body_leaves_no_bytes_on_disk),
