@@ -82,8 +82,8 @@ typedef struct qim_config {
   /* Message pipeline. shard_count and lanes_per_shard are fixed when a store is created. */
   uint32_t max_message_size;      /* {pub} content limit; larger gets {ctrl 413} */
   uint32_t inline_body_threshold; /* bodies up to this size are inlined into mailboxes */
-  uint32_t shard_count;
-  uint32_t lanes_per_shard;
+  uint32_t shard_count;     /* 0: as the store was created (a new store: QIM_STORE_DEFAULT_*) */
+  uint32_t lanes_per_shard; /* 0: likewise */
   uint64_t dedupe_window_ms;  /* how long a ClientMessageId replay returns the same seq */
   uint64_t msg_delete_age_ms; /* window for non-owner hard delete and sender recall */
   qim_config_tenant_retention tenant_retentions[QIM_CONFIG_MAX_TENANT_RETENTIONS];

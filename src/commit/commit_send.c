@@ -5,7 +5,8 @@
  * three answers (Fresh / Existing / Committed) mean for the caller.
  *
  * Cheap checks answer synchronously; those that read the store run as a chain of
- * store calls completing on the caller's queue. Those reads may complete in any order
+ * store calls completing on the caller's queue. A plain send to a conversation whose
+ * kind is cached reads nothing: its reserve checks the sender's write permission. Those reads may complete in any order
  * (the store has several reader threads), so a send waits in its conversation's gate
  * until every send that reached the commit before it has reserved or failed: seqs follow
  * the order of arrival, and a client pipelining pubs sees them delivered in that order.

@@ -41,6 +41,7 @@ static int load_secret(const char *dir, uint8_t out[32]) {
   return rc;
 }
 
+/* As configured; a 0 leaves the choice to the store (its own layout, or the default). */
 static qim_shard_config shards_of(const qim_config *c) {
   return (qim_shard_config){.shard_count = c->shard_count, .lanes_per_shard = c->lanes_per_shard};
 }
@@ -87,16 +88,16 @@ static int open_mailbox(qim_node *n, uint32_t ready_ms) {
   /* Eight workers, though they mostly wait: a lane step waits for its writes to be durable,
    * so more steps in flight let the store's group commit put many lanes' writes under one
    * fsync (with two, a 100-member group's delivery took ~6x longer, qim-bench group). */
-  qim_mailbox_options mo = {.shards = shards_of(c), .node_id = c->node_id, .workers = 8,
+  qim_mailbox_options mo = {.shards = n->shards, .node_id = c->node_id, .workers = 8,
                             .retain_count = c->mailbox_retain_count,
                             .retention_interval_ms = (uint32_t)c->mailbox_retention_interval_ms};
   derive(n->secret, "qim.mailbox-cursor.v1", mo.cursor_key);
   int rc = qim_mailbox_new(n->store, &mo, &n->mailbox);
-  for (uint32_t s = 0; rc == 0 && s < c->shard_count; s++) {
+  for (uint32_t s = 0; rc == 0 && s < n->shards.shard_count; s++) {
     qim_shard_takeover t;
     rc = qim_mailbox_shard_acquire_sync(n->mailbox, s, &t);
   }
-  for (uint32_t s = 0; rc == 0 && s < c->shard_count; s++) {
+  for (uint32_t s = 0; rc == 0 && s < n->shards.shard_count; s++) {
     qim_shard_readiness r;
     qim_error e;
     rc = qim_mailbox_shard_wait_ready(n->mailbox, s, (int)ready_ms, &r, &e);
@@ -116,7 +117,7 @@ static int open_history(qim_node *n) {
 static int open_gateway(qim_node *n, const qim_node_options *o) {
   qim_gateway_deps d = {.cfg = n->cfg, .store = n->store, .commit = n->commit, .groups = n->groups,
                         .history = n->history, .mailbox = n->mailbox, .fanout = n->fanout,
-                        .clock = qim_clock_system(), .shards = shards_of(n->cfg)};
+                        .clock = qim_clock_system(), .shards = n->shards};
   derive(n->secret, "qim.token.v1", d.token_key);
   qim_gateway_options go;
   qim_gateway_options_default(&go);
@@ -143,14 +144,15 @@ int qim_node_open(qim_node *n, const qim_config *cfg, const qim_node_options *op
   if (sodium_init() < 0) return fail(n, "sodium", -ENOSYS);
   int rc = load_secret(cfg->data_dir, n->secret);
   if (rc) return fail(n, "secret", rc);
-  qim_store_options so = {.shards = shards_of(cfg), .commit_linger_us = cfg->commit_linger_us};
+  qim_store_options so = {.shards = shards_of(cfg), .layout_out = &n->shards,
+                          .commit_linger_us = cfg->commit_linger_us};
   if ((rc = qim_store_open(cfg->store_url, &so, &n->store))) return fail(n, "store", rc);
   /* Consumers first, so each producer's hint has its target from the start: the mailbox
    * (lanes replayed until ready), the fanout (started once the commit has recovered). */
   if ((rc = open_mailbox(n, opt->ready_timeout_ms ? opt->ready_timeout_ms : 30000)))
     return fail(n, "mailbox", rc);
   qim_fanout_options fo = {
-      .shards = shards_of(cfg), .on_dispatched = wake_lane, .hook_ctx = n->mailbox};
+      .shards = n->shards, .on_dispatched = wake_lane, .hook_ctx = n->mailbox};
   if ((rc = qim_fanout_new(n->store, &fo, &n->fanout))) return fail(n, "fanout", rc);
   if ((rc = open_commit(n))) return fail(n, "commit", rc);
   if ((rc = qim_fanout_start(n->fanout))) return fail(n, "fanout", rc);

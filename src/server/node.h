@@ -33,6 +33,7 @@ typedef struct qim_node {
   qim_groups *groups;
   qim_history *history;
   qim_gateway *gateway;
+  qim_shard_config shards; /* the store's mailbox layout (configured, or adopted from it) */
   qim_tenant_id tenants[QIM_CONFIG_MAX_API_KEYS];
   uint8_t secret[32];
 } qim_node;

@@ -101,10 +101,11 @@ int qim_server_run(qim_server *s) {
   char data[QIM_CONFIG_PATH_CAP + 8], store[QIM_CONFIG_PATH_CAP + 8];
   QIM_LOGI(NULL, "server.ready",
            c->listen_host[0] && strchr(c->listen_host, ':')
-               ? "listen=[%s]:%u data=%s store=%s node_id=%u io_threads=%u pid=%ld"
-               : "listen=%s:%u data=%s store=%s node_id=%u io_threads=%u pid=%ld",
+               ? "listen=[%s]:%u data=%s store=%s node_id=%u io_threads=%u shards=%u lanes=%u pid=%ld"
+               : "listen=%s:%u data=%s store=%s node_id=%u io_threads=%u shards=%u lanes=%u pid=%ld",
            c->listen_host, qim_node_port(&s->node), qim_server_log_quote(c->data_dir, data, sizeof data),
-           qim_server_log_quote(c->store_url, store, sizeof store), c->node_id, c->io_threads, (long)getpid());
+           qim_server_log_quote(c->store_url, store, sizeof store), c->node_id, c->io_threads,
+           s->node.shards.shard_count, s->node.shards.lanes_per_shard, (long)getpid());
   int rc = uv_run(&s->loop, UV_RUN_DEFAULT);
   (void)rc; /* non-zero only if handles remain, which close() below reports */
   qim_node_close(&s->node); /* gateway first: no new requests; then the pipeline */

@@ -970,9 +970,7 @@ static void open_fail(sq_store *st, bool threads) {
 }
 
 int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_store **out) {
-  if (!opt || opt->shards.shard_count < 1 || opt->shards.lanes_per_shard < 1 ||
-      opt->shards.lanes_per_shard > 255)
-    return -EINVAL;
+  if (!opt || opt->shards.lanes_per_shard > 255) return -EINVAL;
   sq_store *st = qim_calloc(1, sizeof *st);
   st->base.vt = &sqlite_vtable;
   st->opt = *opt;
@@ -987,7 +985,9 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
   }
   rc = parse_location(location, st);
   if (rc == 0) rc = conn_open(st, &st->wconn, true);
+  if (rc == 0) rc = sq_schema_layout(&st->wconn, &st->opt.shards);
   if (rc == 0) rc = sq_schema_migrate(&st->wconn, &st->opt.shards);
+  if (rc == 0 && opt->layout_out) *opt->layout_out = st->opt.shards;
   if (rc == 0) {
     /* The hook counts pages against the WAL's size: start from what is in it already
      * (the schema, or what a crash left), not from zero. */

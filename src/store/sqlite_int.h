@@ -257,6 +257,10 @@ int sq_member_read_up_to(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, 
  * that is not possible. */
 const char *sq_vfs_wal_gather(const char *base);
 
+/* sqlite_schema.c: fills the fields of `shards` left 0 from the database's own layout,
+ * or with QIM_STORE_DEFAULT_* when it has none yet (a new file). */
+int sq_schema_layout(sq_conn *c, qim_shard_config *shards);
+
 /* sqlite.c: schema creation and migrations on the writer connection. */
 int sq_schema_migrate(sq_conn *c, const qim_shard_config *shards);
 

@@ -191,6 +191,20 @@ static int check_shards(sq_conn *c, const qim_shard_config *shards) {
   return 0;
 }
 
+int sq_schema_layout(sq_conn *c, qim_shard_config *shards) {
+  if (shards->shard_count && shards->lanes_per_shard) return 0;
+  int version;
+  int rc = user_version(c, &version);
+  int64_t count = -1, lanes = -1;
+  if (rc == 0 && version > 0) rc = meta_get(c, "shard_count", &count);
+  if (rc == 0 && version > 0) rc = meta_get(c, "lanes_per_shard", &lanes);
+  if (rc) return rc;
+  if (!shards->shard_count) shards->shard_count = count > 0 ? (uint32_t)count : QIM_STORE_DEFAULT_SHARDS;
+  if (!shards->lanes_per_shard)
+    shards->lanes_per_shard = lanes > 0 ? (uint32_t)lanes : QIM_STORE_DEFAULT_LANES;
+  return shards->lanes_per_shard <= 255 ? 0 : -EINVAL;
+}
+
 int sq_schema_migrate(sq_conn *c, const qim_shard_config *shards) {
   int version;
   int rc = user_version(c, &version);

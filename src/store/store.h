@@ -654,8 +654,16 @@ struct qim_store_vtable {
 
 /* ---- opening, counters and helpers ------------------------------------------------- */
 
+/* The mailbox layout a store is created with when its options name none: on one node,
+ * few lanes do the same work in fewer, larger steps (docs/mailbox.md, "Layout"). */
+#define QIM_STORE_DEFAULT_SHARDS 2
+#define QIM_STORE_DEFAULT_LANES 2
+
 typedef struct qim_store_options {
-  qim_shard_config shards;     /* fixed at creation; a mismatch on reopen is -EINVAL */
+  qim_shard_config shards;     /* fixed at creation; a mismatch on reopen is -EINVAL. A field
+                                  left 0 takes the store's own value, or the default above
+                                  for a store being created */
+  qim_shard_config *layout_out; /* optional: where the store writes the layout in effect */
   uint32_t queue_capacity;     /* bounded submission queues, writes and reads each (default
                                   4096); full → -EAGAIN */
   uint32_t reader_threads;     /* default 2 (at most 64) */

@@ -61,8 +61,8 @@ static void test_defaults_match_documented_values(void **state) {
   assert_int_equal(c.io_threads, cores > 64 ? 64 : cores);
   assert_int_equal(c.max_message_size, 131072);
   assert_int_equal(c.inline_body_threshold, 4096);
-  assert_int_equal(c.shard_count, 16);
-  assert_int_equal(c.lanes_per_shard, 4);
+  assert_int_equal(c.shard_count, 0); /* the store's own layout, or its default */
+  assert_int_equal(c.lanes_per_shard, 0);
   assert_int_equal(c.dedupe_window_ms, 7ull * 86400000);
   assert_int_equal(c.msg_delete_age_ms, 600000);
   assert_int_equal(c.member_limit, 10000);
@@ -401,10 +401,10 @@ static const bad_case bad_cases[] = {
      "config: inline_body_threshold: expected a size in bytes (k or m suffix allowed) from 0 to "
      "16777216, got "
      "'4kb' (from --inline-body-threshold)"},
-    {"--shard-count", "0", "shard_count",
-     "config: shard_count: expected an integer from 1 to 4096, got '0' (from --shard-count)"},
+    {"--shard-count", "4097", "shard_count",
+     "config: shard_count: expected an integer from 0 to 4096, got '4097' (from --shard-count)"},
     {"--lanes-per-shard", "65", "lanes_per_shard",
-     "config: lanes_per_shard: expected an integer from 1 to 64, got '65' (from "
+     "config: lanes_per_shard: expected an integer from 0 to 64, got '65' (from "
      "--lanes-per-shard)"},
     {"--dedupe-window", "7", "dedupe_window",
      "config: dedupe_window: expected a duration from 1m to 365d (a number with ms, s, m, h or d), "

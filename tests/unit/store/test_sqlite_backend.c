@@ -579,6 +579,46 @@ static void mailbox_put(qim_store *s, const qim_commit_intent *p) {
 
 /* A wiped and redacted body is overwritten in the database (secure_delete) and, once writes
  * pause, the WAL that still held old page images is emptied. */
+/* Opens dir's store with `want` (0 = unspecified) and returns the layout in effect. */
+static qim_shard_config open_layout(const char *dir, uint32_t shards, uint32_t lanes) {
+  qim_shard_config got = {0, 0};
+  qim_store_options o = {.shards = {shards, lanes}, .layout_out = &got};
+  qim_store *s = fx_open(dir, NULL, &o);
+  qim_store_close(s);
+  return got;
+}
+
+/* A layout left unspecified is the one the store was created with, or the default for a
+ * new store; one given must still match. */
+static void test_unspecified_layout_is_the_stores_own_or_the_default(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-layout");
+  qim_shard_config l = open_layout(dir, 0, 0);
+  assert_int_equal(l.shard_count, QIM_STORE_DEFAULT_SHARDS);
+  assert_int_equal(l.lanes_per_shard, QIM_STORE_DEFAULT_LANES);
+  l = open_layout(dir, QIM_STORE_DEFAULT_SHARDS, 0);
+  assert_int_equal(l.lanes_per_shard, QIM_STORE_DEFAULT_LANES);
+  qim_test_rmtree(dir);
+
+  dir = qim_test_tmpdir("store-layout2");
+  l = open_layout(dir, 8, 3);
+  assert_int_equal(l.shard_count, 8);
+  l = open_layout(dir, 0, 0);
+  assert_int_equal(l.shard_count, 8);
+  assert_int_equal(l.lanes_per_shard, 3);
+  l = open_layout(dir, 0, 3);
+  assert_int_equal(l.shard_count, 8);
+  l = open_layout(dir, 8, 0);
+  assert_int_equal(l.lanes_per_shard, 3);
+  char *url = fx_url(dir, NULL);
+  qim_store *s = NULL;
+  qim_store_options o = {.shards = {0, 4}};
+  assert_int_equal(qim_store_open(url, &o, &s), -EINVAL); /* one given field still counts */
+  assert_null(s);
+  free(url);
+  qim_test_rmtree(dir);
+}
+
 static void test_wiped_body_leaves_no_bytes_on_disk(void **state) {
   (void)state;
   static const char secret[] = "the-secret-body-7f3a9c";
@@ -621,6 +661,7 @@ int main(void) {
       cmocka_unit_test(test_worker_reads_run_on_their_own_thread_loop_reads_do_not),
       cmocka_unit_test(test_reopen_keeps_committed_data),
       cmocka_unit_test(test_reopen_with_other_shard_config_is_refused),
+      cmocka_unit_test(test_unspecified_layout_is_the_stores_own_or_the_default),
       cmocka_unit_test(test_wiped_body_leaves_no_bytes_on_disk),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
