@@ -674,10 +674,9 @@ static sq_conn *inline_take(sq_store *st) {
   pthread_mutex_lock(&st->inline_mu);
   sq_conn *c = NULL;
   bool open_new = false;
-  if (st->inline_closed) {
-  } else if (st->inline_idle_n) {
+  if (!st->inline_closed && st->inline_idle_n) {
     c = st->inline_idle[--st->inline_idle_n];
-  } else if (st->inline_open < SQ_INLINE_CONNS) {
+  } else if (!st->inline_closed && st->inline_open < SQ_INLINE_CONNS) {
     st->inline_open++;
     open_new = true;
   }

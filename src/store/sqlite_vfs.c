@@ -14,7 +14,9 @@
  * rewrites those frames from the same offset in its next transaction). Other
  * connections see new frames only once the wal-index is updated, which SQLite does after
  * the sync; the writer's own reads of frames it wrote (a cache spill, rewritten
- * checksums) flush first. Files other than WAL files get the real VFS's methods
+ * checksums) flush first. That needs a sync at every commit: the store runs
+ * synchronous=FULL, and with NORMAL (no sync at commit) readers could be pointed at
+ * frames still held here. Files other than WAL files get the real VFS's methods
  * untouched.
  *
  * One shim is registered per underlying VFS ("qim-wal+<name>"), so a test's own default
