@@ -170,7 +170,7 @@ static void test_a_deferred_change_still_coalesces(void **state) {
 /* Reads frames until a {pres} on `me` from `src` with `what`; false on timeout. */
 static bool got_pres_me(gwc *c, const char *src, const char *what) {
   for (;;) {
-    json_t *j = gwc_wait(c, "pres", NULL, 5000);
+    json_t *j = gwc_wait(c, "pres", NULL, 15000); /* a loaded sanitizer run is slow */
     if (!j) return false;
     json_t *p = json_object_get(j, "pres");
     bool hit = strcmp(json_string_value(json_object_get(p, "topic")), "me") == 0 &&
