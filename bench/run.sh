@@ -171,8 +171,26 @@ verdict() {
 
 # step ID LIMIT RATE ARGS...: one search run; marks its result line with its verdict and
 # succeeds when it was "ok".
+# settle: waits (at most 60 s) until qimd has finished the work an earlier run left queued
+# (a run that overloaded it leaves a backlog of fanout and mailbox writes): its CPU over
+# half a second below a tenth of a core. Without it, a run measures its predecessor's tail.
+settle() {
+  local t0 t1 i
+  for i in $(seq 1 120); do
+    t0=$(awk '{print $14 + $15}' "/proc/$QPID/stat" 2>/dev/null) || return 0
+    sleep 0.5
+    t1=$(awk '{print $14 + $15}' "/proc/$QPID/stat" 2>/dev/null) || return 0
+    if [ $((t1 - t0)) -lt $(( $(getconf CLK_TCK) / 20 )) ]; then
+      [ "$i" -gt 1 ] && log "settle: qimd idle after $((i / 2)).$((i % 2 * 5)) s"
+      return 0
+    fi
+  done
+  log "settle: qimd still busy after 60 s"
+}
+
 step() {
   local id=$1 lim=$2 rate=$3; shift 3
+  settle
   # shellcheck disable=SC2086
   record "$id-search" "$QB" "$@" --rate "$rate" --duration $SECS --warmup $WARM $S
   local v
@@ -220,6 +238,7 @@ if want p2p; then
   if [ "$max" -gt 0 ]; then
     for pct in 25 50 75 100; do
       r=$((max * pct / 100)); [ $r -lt 1 ] && r=1
+      settle
       # shellcheck disable=SC2086
       record "p2p-$pct" "$QB" p2p --via usr --users $P2P_USERS --rate $r --duration $CURVE_SECS --warmup $WARM $S --label pct=$pct
     done

@@ -66,6 +66,7 @@ typedef struct qim_bench_run {
   uint64_t bad_frames;       /* server frames qim-bench could not read */
   uint64_t start_failures;   /* connections that could not even start */
   uint64_t wrong_replies;    /* replies a scenario checked and found wrong (counted as errors) */
+  uint64_t last_rx_us;       /* when any connection last received a frame */
   /* The server under test, sampled at the start and end of the measured window. */
   qim_proc_sample srv_a, srv_b;
   bool srv_ok, marked_start, marked_end;

@@ -56,6 +56,7 @@ static void on_setup_ctrl(qim_bench_client *c, const qim_tframe_msg *m) {
 
 static void on_text(qim_bench_conn *conn, const char *data, size_t len) {
   qim_bench_client *c = of(conn);
+  c->run->last_rx_us = qim_bench_now_us();
   qim_tframe_msg m;
   if (qim_tframe_parse(data, len, &m) != 0) {
     c->run->bad_frames++;

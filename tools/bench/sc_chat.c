@@ -17,7 +17,8 @@
  * MAX_INFLIGHT unacked pubs or MAX_PENDING unsent bytes skips a message (counted) instead of
  * queueing without bound.
  *
- * Phases: connect + login (paced) → create the groups (paced) → join (paced) → warm-up →
+ * Phases: connect + login (paced) → create the groups (paced) → join (paced) → quiet (until
+ * the joins' membership notices stop arriving) → warm-up →
  * measured window → drain (up to --drain seconds for the last deliveries) → report.
  */
 #include <errno.h>
@@ -34,7 +35,14 @@
 #define MAX_PENDING (1u << 20)
 #define MAX_BURST 64 /* messages one sender sends per timer callback when it is behind */
 
-enum { PH_CONNECT, PH_CREATE, PH_JOIN, PH_RUN, PH_DRAIN, PH_DONE };
+enum { PH_CONNECT, PH_CREATE, PH_JOIN, PH_QUIET, PH_RUN, PH_DRAIN, PH_DONE };
+
+/* After the joins, the run waits until no connection has received anything for QUIET_MS
+ * (at most QUIET_MAX_MS): every join is a membership change delivered to the members
+ * already there, so a group of G members queues ~G²/2 mailbox entries and {pres} frames
+ * that would otherwise be measured as the first messages' latency. */
+#define QUIET_MS 500
+#define QUIET_MAX_MS 60000
 
 typedef struct chat chat;
 
@@ -77,6 +85,7 @@ struct chat {
       skipped, dups, late, old, self, unknown;
   qim_hist lat, ack, lag;
   uv_timer_t tick; /* phase transitions and drain checks */
+  uint64_t quiet_from_us, quiet_ms; /* PH_QUIET: when it began; how long it took */
 };
 
 /* Client index of member j of conversation k. */
@@ -288,6 +297,17 @@ static void phase_done(void *ud) {
     start_phase(ch, ch->phase + 1);
 }
 
+static void quiet_cb(uv_timer_t *t) {
+  chat *ch = t->data;
+  uint64_t now = qim_bench_now_us();
+  if (now - ch->run.last_rx_us >= QUIET_MS * 1000u || now - ch->quiet_from_us >= QUIET_MAX_MS * 1000u) {
+    ch->quiet_ms = (now - ch->quiet_from_us) / 1000;
+    start_phase(ch, PH_RUN);
+    return;
+  }
+  uv_timer_start(&ch->tick, quiet_cb, 50, 0);
+}
+
 /* ---- run and drain ----------------------------------------------------------------------------
  */
 
@@ -350,6 +370,10 @@ static void start_phase(chat *ch, int phase) {
       qim_bench_pacer_start(&ch->pacer, (size_t)ch->nconv * per, limit, issue_join, phase_done, ch);
       break;
     }
+    case PH_QUIET:
+      ch->quiet_from_us = qim_bench_now_us();
+      uv_timer_start(&ch->tick, quiet_cb, 50, 0);
+      break;
     case PH_RUN:
       start_senders(ch);
       break;
@@ -372,6 +396,7 @@ static void report(chat *ch) {
   qim_bench_kv(r, "rate_target", "%.0f", o->rate);
   qim_bench_kv(r, "duration_s", "%.1f", d);
   qim_bench_kv(r, "warmup_s", "%.1f", o->warmup_s);
+  qim_bench_kv(r, "setup_quiet_ms", "%llu", (unsigned long long)ch->quiet_ms);
   qim_bench_kv(r, "content_bytes", "%zu", o->content_size);
   qim_bench_kv(r, "sent", "%llu", (unsigned long long)ch->sent);
   qim_bench_kv(r, "acked", "%llu", (unsigned long long)ch->acked);
