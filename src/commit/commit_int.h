@@ -76,6 +76,8 @@ struct qim__commit_entry {
   const qim_message_content *proposal_content; /* placeholder: the reserving send's (borrowed) */
   qim_conversation_id proposal_conv;
   qim__commit_send *waiters;                /* sends completed with this entry's outcome */
+  qim__commit_send *rivals;                 /* placeholder: sends with other content, retried
+                                               once its reserve answers (commit_send.c) */
   qim__commit_pass *pass;                   /* the recovery pass that adopted it, if any */
   qim__commit_worker *worker;
   union {

@@ -99,12 +99,20 @@ static int send_drop(qim__commit_send *x, int status) {
 
 /* ---- attaching to a live entry ---------------------------------------------------------- */
 
-/* c->mu held. The key is being driven here: wait for it, unless the content differs. */
+/* c->mu held. The key is being driven here: wait for it, unless the content differs. A
+ * placeholder's content is not the key's yet: its reserve may still be refused because the
+ * store holds other content (perhaps this send's), so a send that differs from it waits
+ * as a rival and is reserved again once the placeholder's reserve answers. */
 static int attach(qim__commit_send *x, qim__commit_entry *e) {
   const qim_message_content *mine = e->reserved ? &e->intent.record.content : e->proposal_content;
   qim_conversation_id conv = e->reserved ? e->intent.coordinates.conversation_id : e->proposal_conv;
-  if (!qim_u128_eq(conv.v, x->conv_id.v) || !qim_message_content_equal(mine, x->content))
-    return qim_err_raise(QIM_E_COMMIT_CLIENT_MESSAGE_ID_REUSED);
+  if (!qim_u128_eq(conv.v, x->conv_id.v) || !qim_message_content_equal(mine, x->content)) {
+    if (e->reserved) return qim_err_raise(QIM_E_COMMIT_CLIENT_MESSAGE_ID_REUSED);
+    x->entry = NULL;
+    x->wnext = e->rivals;
+    e->rivals = x;
+    return 0;
+  }
   x->outcome = QIM_RESERVE_RESULT_EXISTING;
   x->entry = e;
   x->wnext = e->waiters;
@@ -525,6 +533,17 @@ static void reserve_committed_here(qim__commit_send *x, qim__commit_entry *e,
   qim__entry_drive(c, e); /* Committed: completes the waiters and frees the entry */
 }
 
+/* c->mu held. The rivals of an answered placeholder reserve again: now the key is either
+ * held (attach decides with the stored content) or free (the store decides). */
+static void rivals_retry(qim__commit_send *w) {
+  while (w) {
+    qim__commit_send *next = w->wnext;
+    qim_delivery_audience_free(&w->proposal.delivery.audience);
+    send_reserve(w);
+    w = next;
+  }
+}
+
 static void reserve_done(qim_store_req *r) {
   qim__commit_send *x = r->data;
   qim_commit *c = x->c;
@@ -532,6 +551,8 @@ static void reserve_done(qim_store_req *r) {
   pthread_mutex_lock(&c->mu);
   qim__commit_entry *e = x->entry;
   qim__commit_conv *cv = e->conv;
+  qim__commit_send *rivals = e->rivals;
+  e->rivals = NULL;
   e->reserving = false;
   bool here = r->status == 0 && q->out_committed_here;
   if (r->status < 0)
@@ -542,6 +563,7 @@ static void reserve_done(qim_store_req *r) {
     reserve_replayed(x, e, &q->out.committed);
   else
     reserve_held(x, e, q);
+  rivals_retry(rivals);
   qim__conv_kick(c, cv);
   qim__conv_maybe_free(c, cv);
   pthread_mutex_unlock(&c->mu);
