@@ -589,11 +589,7 @@ static bool idle_checkpoint(sq_store *st) {
   return rc == SQLITE_OK;
 }
 
-static uint64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
+static uint64_t mono_ms(void) { return wall_ns() / 1000000u; }
 
 static void *writer_main(void *arg) {
   sq_store *st = arg;
@@ -701,7 +697,6 @@ static void inline_give(sq_store *st, sq_conn *c) {
 static bool submit_inline(sq_store *st, qim_store_req *r) {
   sq_conn *c = inline_take(st);
   if (!c) return false;
-  atomic_fetch_add_explicit(&st->stats.by_op[r->op_], 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&st->stats.reads_inline, 1, memory_order_relaxed);
   reader_run(st, c, r);
   inline_give(st, c);
@@ -732,8 +727,8 @@ static int submit(qim_store *s, qim_store_req *r, sq_op_id id) {
   r->op_ = (int)id;
   r->status = 0;
   r->error = (qim_error){0};
-  if (!op->write && qim_cq_is_blocking(r->cq) && submit_inline(st, r)) return 0;
-  int rc = queue_push(st, op->write ? &st->wq : &st->rq, r);
+  bool ran = !op->write && qim_cq_is_blocking(r->cq) && submit_inline(st, r);
+  int rc = ran ? 0 : queue_push(st, op->write ? &st->wq : &st->rq, r);
   if (rc == 0) atomic_fetch_add_explicit(&st->stats.by_op[id], 1, memory_order_relaxed);
   return rc;
 }

@@ -22,7 +22,6 @@
  * One shim is registered per underlying VFS ("qim-wal+<name>"), so a test's own default
  * VFS (fault injection) keeps working underneath.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
