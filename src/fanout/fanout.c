@@ -88,7 +88,10 @@ static void batch_add(batch *b, const qim_group_dispatch *d, qim_bytes payload, 
   b->trace[b->count] = d->trace_id;
   qim_store_log_append *a = &b->appends[b->count];
   *a = (qim_store_log_append){.stream = {QIM_LOG_STREAM_MAILBOX_DISPATCH, d->target_shard}, .payload = payload};
-  memcpy(a->key, d->dispatch_id.b, sizeof a->key);
+  /* Keyed by the message id: one dispatch per message and shard, so it is as unique in
+   * the shard's stream as the DispatchId derived from it, and time-ordered, so the key
+   * index grows at its end instead of dirtying a random page per dispatch. */
+  memcpy(a->key, d->source_message.message_id.b, sizeof a->key);
   b->source[b->count++] = source;
 }
 
@@ -179,7 +182,7 @@ static int verify_append(qim__fanout *f, const qim_store_log_append *a) {
 static int violation(qim__fanout *f, const qim_store_log_append *a, uint64_t at, const qim_trace_id *trace) {
   char id[33];
   qim_hex_encode(a->key, sizeof a->key, id, sizeof id);
-  QIM_LOGE(trace, "fanout.determinism_violation", "outbox_offset=%llu dispatch=%s shard=%u dispatch_offset=%llu",
+  QIM_LOGE(trace, "fanout.determinism_violation", "outbox_offset=%llu message=%s shard=%u dispatch_offset=%llu",
            (unsigned long long)at, id, a->stream.shard, (unsigned long long)a->out_position.offset);
   int rc = offset_set(f, at);
   if (rc) QIM_LOGE(trace, "fanout.rewind_failed", "outbox_offset=%llu rc=%s", (unsigned long long)at, qim_err_name(rc));

@@ -132,13 +132,15 @@ static void stats(const qim_http_request *req, qim_http_reply *rep, void *ud) {
   qim_store_stats st;
   qim_store_get_stats(g->d.store, &st);
   json_object_set_new(j, "store",
-                      json_pack("{sIsIsIsIsIsIsIsIsI}", "operations", (json_int_t)st.operations,
+                      json_pack("{sIsIsIsIsIsIsIsIsIsIsI}", "operations", (json_int_t)st.operations,
                                 "transactions", (json_int_t)st.transactions, "fsyncs",
                                 (json_int_t)st.fsyncs, "reads", (json_int_t)st.reads,
                                 "reads_inline", (json_int_t)st.reads_inline,
                                 "pages_written", (json_int_t)st.pages_written, "lingers",
                                 (json_int_t)st.lingers, "lingered", (json_int_t)st.lingered,
-                                "rejected_backpressure", (json_int_t)st.rejected_backpressure));
+                                "rejected_backpressure", (json_int_t)st.rejected_backpressure,
+                                "checkpoints", (json_int_t)st.checkpoints, "checkpoints_background",
+                                (json_int_t)st.checkpoints_background));
   reply_json(rep, 200, j);
 }
 

@@ -31,14 +31,18 @@
 #define DEFAULT_QUEUE_CAPACITY 4096
 #define DEFAULT_READERS 2
 #define DEFAULT_MAX_BATCH 512
+#define DEFAULT_CHECKPOINT_FRAMES 16000
 #define MAX_READERS 64
 /* An idle writer truncates the WAL after this long, so overwritten (deleted) content
  * does not linger in old WAL frames (DESIGN.md §1 rule 7). */
 #define IDLE_CHECKPOINT_MS 1000
 #define IDLE_CHECKPOINT_WAIT_MS 50
-/* A writer that is never idle truncates it at least this often, which bounds how long a
- * wiped body survives in the WAL under load (store.h: QIM_STORE_WIPE_BOUND_MS). */
-#define BUSY_CHECKPOINT_MS 4000
+/* A writer that is never idle truncates it this long after an operation erased content
+ * (sq_note_erase), which bounds how long a wiped body survives in the WAL under load
+ * (store.h: QIM_STORE_WIPE_BOUND_MS); a truncate that readers or the checkpointer held
+ * off is tried again ERASE_RETRY_MS later. */
+#define ERASE_TRUNCATE_MS 3000
+#define ERASE_RETRY_MS 250
 #define BUSY_TIMEOUT_MS 2000
 
 static const sq_op *const ops[SQ_OP_COUNT] = {
@@ -552,15 +556,10 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
 
 /*
  * The writer's WAL hook, run after each commit: counts the pages the commit wrote and
- * checkpoints every CHECKPOINT_FRAMES (it replaces SQLite's own auto-checkpoint, which is
- * this same hook with 1000). Checkpoints run inside a COMMIT, on the writer's critical
- * path; 10000 pages (40 MB of WAL) between them measured ~15% more group-commit
- * throughput than 1000, since a hot page is copied to the database once per checkpoint
- * rather than once per 1000 frames. The idle TRUNCATE checkpoint still empties the WAL
- * whenever writes pause.
+ * hands the checkpoint policy the WAL's length (sqlite_checkpoint.c; it replaces SQLite's
+ * own auto-checkpoint, which is this same hook copying inline every 1000 frames). The
+ * idle TRUNCATE checkpoint still empties the WAL whenever writes pause.
  */
-#define CHECKPOINT_FRAMES 10000
-
 static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames) {
   sq_store *st = ctx;
   uint64_t before = st->wal_frames;
@@ -568,12 +567,7 @@ static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames) {
   atomic_fetch_add(&st->stats.pages,
                    (uint64_t)frames > before ? (uint64_t)frames - before : (uint64_t)frames);
   st->wal_frames = (uint64_t)frames;
-  if (frames >= CHECKPOINT_FRAMES) {
-    uint64_t t0 = wall_ns();
-    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-    atomic_fetch_add_explicit(&st->stats.checkpoint_ns, wall_ns() - t0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&st->stats.checkpoints, 1, memory_order_relaxed);
-  }
+  sq_ckpt_after_commit(st, db, name, frames);
   return SQLITE_OK;
 }
 
@@ -591,10 +585,16 @@ static bool idle_checkpoint(sq_store *st) {
 
 static uint64_t mono_ms(void) { return wall_ns() / 1000000u; }
 
+void sq_note_erase(sq_conn *c) {
+  sq_store *st = c->st;
+  if (c != &st->wconn || st->erase_pending) return;
+  st->erase_pending = true;
+  st->truncate_at = mono_ms() + ERASE_TRUNCATE_MS;
+}
+
 static void *writer_main(void *arg) {
   sq_store *st = arg;
   bool dirty = false;
-  uint64_t last_checkpoint = mono_ms();
   qim_log_name_thread("writer");
   for (;;) {
     qim_store_req *list;
@@ -604,11 +604,12 @@ static void *writer_main(void *arg) {
     if (n) {
       writer_batch(st, list, n);
       dirty = true;
-      if (mono_ms() - last_checkpoint >= BUSY_CHECKPOINT_MS) timed_out = true;
+      if (st->erase_pending && mono_ms() >= st->truncate_at) timed_out = true;
     }
     if (dirty && timed_out) {
-      dirty = !idle_checkpoint(st); /* busy readers: try again at the next pause or period */
-      last_checkpoint = mono_ms();
+      dirty = !idle_checkpoint(st); /* busy readers: try again at the next pause or retry */
+      if (!dirty) st->erase_pending = false;
+      else if (st->erase_pending) st->truncate_at = mono_ms() + ERASE_RETRY_MS;
     } else if (!n && !timed_out) {
       break; /* closing and drained */
     }
@@ -663,8 +664,6 @@ static void *reader_main(void *arg) {
  * run inside the call). Event loops never get this: their reads stay on the reader
  * threads, so no loop runs SQL. With every pooled connection busy, the read is queued.
  */
-static int conn_open(sq_store *st, sq_conn *c, bool writer);
-static void conn_close(sq_conn *c);
 
 static sq_conn *inline_take(sq_store *st) {
   pthread_mutex_lock(&st->inline_mu);
@@ -679,7 +678,7 @@ static sq_conn *inline_take(sq_store *st) {
   pthread_mutex_unlock(&st->inline_mu);
   if (!open_new) return c;
   c = qim_calloc(1, sizeof *c);
-  if (conn_open(st, c, false) == 0) return c;
+  if (sq_conn_open(st, c, false) == 0) return c;
   qim_free(c);
   pthread_mutex_lock(&st->inline_mu);
   st->inline_open--;
@@ -707,7 +706,7 @@ static void inline_close_all(sq_store *st) {
   pthread_mutex_lock(&st->inline_mu);
   st->inline_closed = true;
   for (uint32_t i = 0; i < st->inline_idle_n; i++) {
-    conn_close(st->inline_idle[i]);
+    sq_conn_close(st->inline_idle[i]);
     qim_free(st->inline_idle[i]);
   }
   st->inline_idle_n = st->inline_open = 0;
@@ -778,7 +777,7 @@ static const char *store_vfs(void) {
 #define READER_PRAGMAS "PRAGMA mmap_size=268435456; PRAGMA temp_store=MEMORY;"
 #define WRITER_PRAGMAS "PRAGMA temp_store=MEMORY;"
 
-static int conn_open(sq_store *st, sq_conn *c, bool writer) {
+int sq_conn_open(sq_store *st, sq_conn *c, bool writer) {
   pthread_once(&sqlite_once, sqlite_global_init);
   memset(c, 0, sizeof *c);
   c->st = st;
@@ -817,7 +816,7 @@ static int conn_open(sq_store *st, sq_conn *c, bool writer) {
   return 0;
 }
 
-static void conn_close(sq_conn *c) {
+void sq_conn_close(sq_conn *c) {
   if (!c->db) return;
   cache_free(c);
   sqlite3_close(c->db);
@@ -838,11 +837,14 @@ static void log_op_counts(sq_store *st) {
                                    (unsigned long long)(ns / 1000));
   }
   if (len)
-    QIM_LOGI(NULL, "store.sqlite.op_counts", "%s commit=%llu/%llu checkpoint=%llu/%llu lingered=%llu",
-             text, (unsigned long long)atomic_load(&st->stats.commits),
+    QIM_LOGI(NULL, "store.sqlite.op_counts",
+             "%s commit=%llu/%llu checkpoint=%llu/%llu bg_checkpoint=%llu/%llu lingered=%llu", text,
+             (unsigned long long)atomic_load(&st->stats.commits),
              (unsigned long long)(atomic_load(&st->stats.commit_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.checkpoints),
              (unsigned long long)(atomic_load(&st->stats.checkpoint_ns) / 1000),
+             (unsigned long long)atomic_load(&st->stats.bg_checkpoints),
+             (unsigned long long)(atomic_load(&st->stats.bg_checkpoint_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.lingered));
 }
 
@@ -853,11 +855,12 @@ static void store_close(qim_store *s) {
   queue_close(&st->wq);
   queue_close(&st->rq);
   pthread_join(st->writer, NULL);
+  sq_ckpt_stop(st);
   for (uint32_t i = 0; i < st->reader_count; i++) pthread_join(st->readers[i], NULL);
-  for (uint32_t i = 0; i < st->opt.reader_threads; i++) conn_close(&st->rconns[i]);
+  for (uint32_t i = 0; i < st->opt.reader_threads; i++) sq_conn_close(&st->rconns[i]);
   inline_close_all(st);
   pthread_mutex_destroy(&st->inline_mu);
-  conn_close(&st->wconn); /* the last connection checkpoints and removes the WAL */
+  sq_conn_close(&st->wconn); /* the last connection checkpoints and removes the WAL */
   queue_destroy(&st->wq);
   queue_destroy(&st->rq);
   qim_free(st->readers);
@@ -879,6 +882,8 @@ static void store_stats(qim_store *s, qim_store_stats *out) {
       .reads_inline = atomic_load(&st->stats.reads_inline),
       .lingers = atomic_load(&st->stats.lingers),
       .lingered = atomic_load(&st->stats.lingered),
+      .checkpoints = atomic_load(&st->stats.checkpoints),
+      .checkpoints_background = atomic_load(&st->stats.bg_checkpoints),
   };
   for (int i = 0; i < 8; i++) out->batch_hist[i] = atomic_load(&st->stats.hist[i]);
 }
@@ -925,12 +930,15 @@ static void apply_defaults(qim_store_options *o) {
   if (!o->reader_threads) o->reader_threads = DEFAULT_READERS;
   if (o->reader_threads > MAX_READERS) o->reader_threads = MAX_READERS;
   if (!o->max_batch) o->max_batch = DEFAULT_MAX_BATCH;
+  if (!o->checkpoint_frames) o->checkpoint_frames = DEFAULT_CHECKPOINT_FRAMES;
 }
 
-/* Starts the writer, then the readers; *writer_started tells the failure path what to
- * undo. */
+/* Starts the checkpointer, the writer, then the readers; *writer_started tells the
+ * failure path what to undo (open_fail stops a checkpointer either way). */
 static int start_threads(sq_store *st, bool *writer_started) {
-  int rc = pthread_create(&st->writer, NULL, writer_main, st);
+  int rc = sq_ckpt_start(st);
+  if (rc) return rc;
+  rc = pthread_create(&st->writer, NULL, writer_main, st);
   if (rc) return -rc;
   *writer_started = true;
   st->readers = qim_calloc(st->opt.reader_threads, sizeof *st->readers);
@@ -953,8 +961,9 @@ static void open_fail(sq_store *st, bool threads) {
     store_close(&st->base);
     return;
   }
-  for (uint32_t i = 0; st->rconns && i < st->opt.reader_threads; i++) conn_close(&st->rconns[i]);
-  conn_close(&st->wconn);
+  sq_ckpt_stop(st);
+  for (uint32_t i = 0; st->rconns && i < st->opt.reader_threads; i++) sq_conn_close(&st->rconns[i]);
+  sq_conn_close(&st->wconn);
   queue_destroy(&st->wq);
   queue_destroy(&st->rq);
   pthread_mutex_destroy(&st->inline_mu);
@@ -978,7 +987,7 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
     return rc;
   }
   rc = parse_location(location, st);
-  if (rc == 0) rc = conn_open(st, &st->wconn, true);
+  if (rc == 0) rc = sq_conn_open(st, &st->wconn, true);
   if (rc == 0) rc = sq_schema_layout(&st->wconn, &st->opt.shards);
   if (rc == 0) rc = sq_schema_migrate(&st->wconn, &st->opt.shards);
   if (rc == 0 && opt->layout_out) *opt->layout_out = st->opt.shards;
@@ -993,7 +1002,7 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
   if (rc == 0) {
     st->rconns = qim_calloc(st->opt.reader_threads, sizeof *st->rconns);
     for (uint32_t i = 0; rc == 0 && i < st->opt.reader_threads; i++)
-      rc = conn_open(st, &st->rconns[i], false);
+      rc = sq_conn_open(st, &st->rconns[i], false);
   }
   if (rc) {
     open_fail(st, false);

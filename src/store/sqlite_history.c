@@ -263,7 +263,10 @@ static int change_record(sq_conn *c, qim_tenant_id t, qim_conversation_id conv,
   qim_message_record rec;
   if ((rc = decode_record(st, 0, 1, &rec))) return rc;
   rec.state = state; /* keep the stored encoding in step with the column */
-  if (wipe) sq_content_wipe(&rec.content);
+  if (wipe) {
+    sq_content_wipe(&rec.content);
+    sq_note_erase(c);
+  }
   qim_bytes body;
   rc = qim_message_record_encode(&rec, &body);
   if (rc == 0 && wipe) rc = sq_intent_wipe_body(c, &key);

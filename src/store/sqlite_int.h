@@ -121,6 +121,17 @@ typedef struct sq_queue {
   bool closing;
 } sq_queue;
 
+/* The background checkpointer (sqlite_checkpoint.c); flags under mu. */
+typedef struct sq_ckpt {
+  pthread_t thread;
+  sq_conn conn;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool requested, running, closing;
+  uint64_t copied; /* WAL frames the last pass left copied */
+  bool inited, started;
+} sq_ckpt;
+
 struct sq_store {
   qim_store base;
   qim_store_options opt;
@@ -139,6 +150,9 @@ struct sq_store {
   uint32_t inline_idle_n, inline_open;
   bool inline_closed;
   uint64_t wal_frames; /* WAL size after the last commit (writer thread only) */
+  bool erase_pending;   /* writer only: content erased since the WAL was last truncated */
+  uint64_t truncate_at; /* writer only: when to truncate it even under load (ms) */
+  sq_ckpt ckpt;
   uint32_t linger_gain, linger_skipped; /* writer thread only: see linger() in sqlite.c */
   struct {
     _Atomic uint64_t operations, transactions, fsyncs, failed, rejected, reads, pages;
@@ -148,11 +162,33 @@ struct sq_store {
     _Atomic uint64_t commit_ns, commits;    /* writer COMMITs (WAL write + fsync) */
     _Atomic uint64_t lingers, lingered;     /* lingers, and operations they added */
     _Atomic uint64_t reads_inline;          /* reads run on the submitting worker's thread */
-    _Atomic uint64_t checkpoint_ns, checkpoints; /* busy checkpoints, wall time */
+    _Atomic uint64_t checkpoint_ns, checkpoints; /* the writer's busy checkpoints, wall time */
+    _Atomic uint64_t bg_checkpoint_ns, bg_checkpoints; /* the checkpointer's passes */
   } stats;
 };
 
-/* ---- sqlite.c: statements and status mapping ------------------------------------- */
+/* ---- sqlite.c: connections, statements and status mapping ------------------------- */
+
+/* Opens a connection on the store's file with its tuning: the writer's (WAL, synchronous
+ * FULL; also the checkpointer's) or a reader's (query_only, mapped). */
+int sq_conn_open(sq_store *st, sq_conn *c, bool writer);
+void sq_conn_close(sq_conn *c);
+
+/* An operation on the writer removed or overwrote message content: its old pages stay in
+ * the WAL until a truncate, which the writer then runs within QIM_STORE_WIPE_BOUND_MS even
+ * if it never pauses. No effect on other connections. */
+void sq_note_erase(sq_conn *c);
+
+/* ---- sqlite_checkpoint.c: the background checkpointer ------------------------------ */
+
+/* Opens its connection and starts its thread; sq_ckpt_stop undoes whatever started. */
+int sq_ckpt_start(sq_store *st);
+void sq_ckpt_stop(sq_store *st);
+/* The writer's part, from its WAL hook after each commit that left `frames` in the WAL:
+ * asks for a round, copies the remainder after one, or checkpoints itself when the WAL
+ * has grown too long. */
+void sq_ckpt_after_commit(sq_store *st, sqlite3 *db, const char *name, int frames);
+
 
 /* A cached statement for `sql` (a string literal: the cache is keyed by its address),
  * reset and unbound, or NULL (then sq_last_error gives the status). The statement is

@@ -273,6 +273,7 @@ static int trim_exec(sq_conn *c, qim_store_req *base) {
   sqlite3_bind_int64(st, 1, sid);
   sq_bind_u64(st, 2, limit);
   if ((rc = sq_run(c, st))) return rc;
+  if (sq_changes(c)) sq_note_erase(c);
   st = sq_prep(c,
                "INSERT INTO log_streams(stream, next_offset, trim) VALUES(?, ?, ?)"
                " ON CONFLICT(stream) DO UPDATE SET trim = excluded.trim");
@@ -302,6 +303,7 @@ static int redact_exec(sq_conn *c, qim_store_req *base) {
   sq_bind_u64(st, 3, r->position.offset);
   int rc = sq_run(c, st);
   if (rc) return rc;
+  sq_note_erase(c);
   /* Absent means trimmed (or never written): either way the position is gone. */
   return sq_changes(c) ? 0 : qim_err_raise(QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE);
 }
@@ -372,11 +374,13 @@ static int drop_dispatch(const void *p, size_t n, qim_bytes *out) {
 int sq_logs_wipe_message(sq_conn *c, const qim_message_id *message_id) {
   int rc = wipe_record(c, sq_stream_id((qim_log_stream){QIM_LOG_STREAM_OUTBOX, 0}), message_id->b,
                        drop_envelope);
-  /* A dispatch exists only for shards that had recipients; its key says which message. */
+  /* A dispatch exists only for shards that had recipients, keyed by its message's id;
+   * one appended before that key (by its DispatchId) is found by that. */
   for (uint32_t shard = 0; rc == 0 && shard < c->st->opt.shards.shard_count; shard++) {
+    int64_t sid = sq_stream_id((qim_log_stream){QIM_LOG_STREAM_MAILBOX_DISPATCH, shard});
     qim_dispatch_id id = qim_dispatch_id_make(message_id, shard);
-    rc = wipe_record(c, sq_stream_id((qim_log_stream){QIM_LOG_STREAM_MAILBOX_DISPATCH, shard}),
-                     id.b, drop_dispatch);
+    rc = wipe_record(c, sid, message_id->b, drop_dispatch);
+    if (rc == 0) rc = wipe_record(c, sid, id.b, drop_dispatch);
   }
   return rc;
 }

@@ -471,6 +471,7 @@ static int trim_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane, u
     sq_bind_u64(st, 3, floor);
     int rc = sq_run(c, st);
     if (rc) return rc;
+    if (i == 0 && sq_changes(c)) sq_note_erase(c); /* entries carry inline bodies */
   }
   return 0;
 }

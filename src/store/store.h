@@ -437,7 +437,8 @@ typedef struct {
 /* Sets state (and updated_at); wipe_body erases content everywhere the store holds it,
  * in the same transaction: the history row, the commit intent, inline mailbox entries,
  * and the log records that carry the body — the outbox envelope (keyed by message id)
- * and the mailbox dispatch of every shard (keyed by DispatchId) are rewritten with the
+ * and the mailbox dispatch of every shard (keyed by message id, or by DispatchId if
+ * appended before that key) are rewritten with the
  * body dropped (payload_or_ciphertext empty, no media_metadata; offsets, keys, ids,
  * message type, custom type, schema version and every other field kept: the fanout's
  * definition of "redacted"). sqlite overwrites freed bytes (secure_delete) and truncates
@@ -671,6 +672,9 @@ typedef struct qim_store_options {
   uint32_t commit_linger_us;   /* under a steady stream of writes, how long the writer keeps a
                                   transaction open for more operations before its COMMIT
                                   (0, the default: commit what was queued at once) */
+  uint32_t checkpoint_frames;  /* sqlite: WAL pages between background checkpoints; the WAL
+                                  starts over at 2.5 times this and the writer copies inline
+                                  at 6 times (default 16000, 64 MB; tests use small ones) */
   /* Test hook, called by the writer thread before each fsync'ing COMMIT (e.g. a slow
    * fsync for liveness tests). NULL in production. */
   void (*before_commit)(void *ctx);
@@ -696,6 +700,8 @@ struct qim_store_stats {
   uint64_t pages_written;         /* pages the commits wrote to the log (sqlite: WAL frames) */
   uint64_t lingers;               /* transactions kept open for more writes (commit_linger_us) */
   uint64_t lingered;              /* write operations those lingers added to their transaction */
+  uint64_t checkpoints;           /* sqlite: checkpoints on the writer's own thread (stalls) */
+  uint64_t checkpoints_background; /* sqlite: passes of the background checkpointer */
   uint64_t batch_hist[8]; /* batches of size 1, 2-3, 4-7, 8-15, 16-63, 64-255, 256-1023, 1024+ */
 };
 void qim_store_get_stats(qim_store *s, qim_store_stats *out);

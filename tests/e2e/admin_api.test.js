@@ -62,7 +62,7 @@ test('stats: the store counters move with the writes a group creation makes; no 
   assert.equal((await get(null)).status, 401);
   const before = JSON.parse((await get(SERVICE_TOKEN)).body).store;
   for (const k of ['operations', 'transactions', 'fsyncs', 'reads', 'reads_inline', 'pages_written',
-    'lingers', 'lingered', 'rejected_backpressure']) {
+    'lingers', 'lingered', 'rejected_backpressure', 'checkpoints', 'checkpoints_background']) {
     assert.equal(typeof before[k], 'number', `store.${k} is a number`);
   }
   const owner = await rawUser(ctx, 'statsown');

@@ -27,3 +27,18 @@ void qim_test_rmtree(char *path) {
   nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
   free(path);
 }
+
+bool qim_test_file_holds(const char *path, const char *needle) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  size_t cap = 1 << 20, n = 0, got;
+  char *buf = malloc(cap);
+  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n == cap) buf = realloc(buf, cap *= 2);
+  }
+  fclose(f);
+  bool found = memmem(buf, n, needle, strlen(needle)) != NULL;
+  free(buf);
+  return found;
+}

@@ -7,6 +7,7 @@
 #define QIM_TESTSUPPORT_H
 
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,5 +18,9 @@ char *qim_test_tmpdir(const char *tag);
 
 /* Removes a directory tree made by qim_test_tmpdir (best effort) and frees `path`. */
 void qim_test_rmtree(char *path);
+
+/* Whether the file at `path` holds the bytes of `needle` anywhere (false if it is absent):
+ * for tests that check what reached the disk. */
+bool qim_test_file_holds(const char *path, const char *needle);
 
 #endif

@@ -187,7 +187,7 @@ FX_FN void fx_all_dispatches(qim_store *s, fx_dispatches *out) {
       if (l.r[i].fence) continue;
       assert_int_equal(qim_group_dispatch_decode(l.r[i].payload.p, l.r[i].payload.n, &out->d[out->n]), 0);
       assert_int_equal(out->d[out->n].target_shard, sh);
-      assert_memory_equal(l.r[i].key, out->d[out->n].dispatch_id.b, 16);
+      assert_memory_equal(l.r[i].key, out->d[out->n].source_message.message_id.b, 16);
       out->n++;
     }
     fx_log_free(&l);

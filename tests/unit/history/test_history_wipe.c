@@ -27,27 +27,11 @@ static int teardown(void **state) {
 
 /* ---- raw bytes ---------------------------------------------------------------------------- */
 
-static bool file_holds(const char *path, const char *needle) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return false; /* no WAL file at all */
-  size_t cap = 1 << 20, n = 0;
-  char *buf = malloc(cap);
-  size_t got;
-  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += got;
-    if (n == cap) buf = realloc(buf, cap *= 2);
-  }
-  fclose(f);
-  bool found = memmem(buf, n, needle, strlen(needle)) != NULL;
-  free(buf);
-  return found;
-}
-
 static bool store_holds(hx *x, const char *needle) {
   char db[600], wal[600];
   snprintf(db, sizeof db, "%s/h.db", x->dir);
   snprintf(wal, sizeof wal, "%s/h.db-wal", x->dir);
-  return file_holds(db, needle) || file_holds(wal, needle);
+  return qim_test_file_holds(db, needle) || qim_test_file_holds(wal, needle);
 }
 
 /* Polls until the needle is gone from both files, at most the store's bound + 2 s. */

@@ -217,7 +217,7 @@ static inline qim_mailbox_seq fx_append_raw(qim_store *s, qim_mailbox_shard_id s
 static inline qim_mailbox_seq fx_append(qim_store *s, const qim_group_dispatch *d) {
   qim_bytes b;
   assert_int_equal(qim_group_dispatch_encode(d, &b), 0);
-  qim_mailbox_seq seq = fx_append_raw(s, d->target_shard, d->dispatch_id.b, &b);
+  qim_mailbox_seq seq = fx_append_raw(s, d->target_shard, d->source_message.message_id.b, &b);
   qim_bytes_free(&b);
   return seq;
 }

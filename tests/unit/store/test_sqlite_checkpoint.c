@@ -1,0 +1,139 @@
+/*
+ * test_sqlite_checkpoint.c — the store's background checkpointer (src/store/
+ * sqlite_checkpoint.c) keeps the WAL short under writes that never pause: its rounds do
+ * the copying, the WAL starts over instead of growing, and everything written reads back
+ * after a reopen. And an erase made while the writes go on still leaves the files within
+ * the store's bound, although the writer is never idle long enough to truncate on its own.
+ */
+#include <stdatomic.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "store_fixture.h"
+
+#define FRAMES 200       /* checkpoint_frames: rounds every 200 pages, restart at 500 */
+#define FRAME_BYTES 4120 /* a WAL frame: 24-byte header + 4 KiB page */
+#define PAYLOAD 3000     /* most of a page per record */
+
+/* Small thresholds make the WAL cycle many times in a short test. */
+static qim_store_options small_options(void) {
+  qim_store_options o = fx_options();
+  o.checkpoint_frames = FRAMES;
+  return o;
+}
+
+static long long file_size(const char *dir, const char *name) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (long long)sb.st_size : 0;
+}
+
+/* One outbox append whose payload is `fill` bytes and, if given, a needle at its start. */
+static void append(qim_store *s, uint32_t n, uint8_t fill, const char *needle) {
+  static uint8_t payload[PAYLOAD];
+  memset(payload, fill, sizeof payload);
+  if (needle) memcpy(payload, needle, strlen(needle));
+  qim_store_log_append a = {.stream = {QIM_LOG_STREAM_OUTBOX, 0},
+                            .payload = {payload, sizeof payload}};
+  for (int k = 0; k < 4; k++) a.key[k] = (uint8_t)(n >> (24 - 8 * k));
+  qim_store_log_append_req r = {.appends = &a, .append_count = 1};
+  assert_int_equal(QIM_STORE_SYNC(s, logs.append, &r), 0);
+}
+
+static size_t outbox_count(qim_store *s) {
+  size_t total = 0;
+  for (uint64_t from = 1;;) {
+    qim_store_log_read_req rd = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .from = from, .max = 500};
+    assert_int_equal(QIM_STORE_SYNC(s, logs.read, &rd), 0);
+    for (size_t i = 0; i < rd.out_count; i++) {
+      assert_int_equal(rd.out_records[i].payload.n, PAYLOAD);
+      from = rd.out_records[i].offset + 1;
+      qim_store_log_record_free(&rd.out_records[i]);
+    }
+    qim_free(rd.out_records);
+    total += rd.out_count;
+    if (rd.out_count == 0) return total;
+  }
+}
+
+static void test_wal_stays_short_under_writes_that_never_pause(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-ckpt");
+  qim_store_options o = small_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  qim_store_stats before, after;
+  qim_store_get_stats(s, &before);
+  long long longest = 0;
+  enum { N = 1500 };
+  for (uint32_t i = 0; i < N; i++) {
+    append(s, i, (uint8_t)i, NULL);
+    long long w = file_size(dir, "store.db-wal");
+    if (w > longest) longest = w;
+  }
+  qim_store_get_stats(s, &after);
+  uint64_t written = after.pages_written - before.pages_written;
+  /* Far more was written than the WAL ever held: it started over, more than once. */
+  assert_true(written > 5 * FRAMES);
+  assert_true(longest < (long long)written * FRAME_BYTES / 2);
+  /* ...and never came near the point where the writer copies all of it itself (6 x). */
+  assert_true(longest <= (long long)(5 * FRAMES) * FRAME_BYTES);
+  assert_true(after.checkpoints_background - before.checkpoints_background >= 3);
+  assert_int_equal(outbox_count(s), N);
+  qim_store_close(s);
+
+  s = fx_open(dir, NULL, &o);
+  assert_int_equal(outbox_count(s), N);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
+static bool file_holds(const char *dir, const char *name, const char *needle) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return qim_test_file_holds(path, needle);
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void test_redacted_payload_leaves_the_files_while_writes_go_on(void **state) {
+  (void)state;
+  static const char needle[] = "NEEDLE-3f9c1a-SECRET";
+  char *dir = qim_test_tmpdir("store-ckpt-erase");
+  /* Default thresholds: the WAL neither starts over nor is copied by a round in this
+   * test, so only the truncate the erase asked for can take the old frames away. */
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  append(s, 0, 'a', needle);
+  assert_true(file_holds(dir, "store.db-wal", needle));
+  static uint8_t clean[PAYLOAD];
+  memset(clean, 'a', sizeof clean);
+  qim_store_log_redact_req rr = {.position = {{QIM_LOG_STREAM_OUTBOX, 0}, 1},
+                                 .payload = {clean, sizeof clean}};
+  assert_int_equal(QIM_STORE_SYNC(s, logs.redact, &rr), 0);
+
+  /* A write every 20 ms: the writer never idles the second it would truncate after. */
+  uint64_t start = now_ms();
+  bool gone = false;
+  for (uint32_t i = 1; !gone && now_ms() - start < QIM_STORE_WIPE_BOUND_MS + 1000; i++) {
+    append(s, i, 'b', NULL);
+    gone = !file_holds(dir, "store.db", needle) && !file_holds(dir, "store.db-wal", needle);
+    struct timespec pause = {0, 20 * 1000000};
+    nanosleep(&pause, NULL);
+  }
+  assert_true(gone);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_wal_stays_short_under_writes_that_never_pause),
+      cmocka_unit_test(test_redacted_payload_leaves_the_files_while_writes_go_on),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
