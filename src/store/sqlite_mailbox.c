@@ -7,8 +7,9 @@
  * transaction as their writes (the writer thread serializes everything, so no stale
  * owner can slip a write in between the check and the write).
  *
- * Idempotence: a batch is keyed by (dispatch_id, lane, chunk) in dispatch_chunks; a
- * replay finds its row and returns the original receipt without writing. Entries are
+ * Idempotence: a batch is keyed by (dispatch_id, lane, chunk): the progress row of
+ * (dispatch_id, lane) lists the chunks applied (`applied`), and a replay finds its chunk
+ * there and returns the original receipt without writing. Entries are
  * also unique by (tenant, user, mailbox_seq, ordinal) and inserted with OR IGNORE.
  */
 #include <errno.h>
@@ -165,33 +166,39 @@ static int append_prepare(const sq_store *st, qim_store_req *base) {
   return 0;
 }
 
-/* The receipt of an already-applied chunk: 1 found, 0 not, <0 error. */
-static int find_chunk(sq_conn *c, const qim_append_mailbox_batch *b, qim_mailbox_seq *mseq) {
-  sqlite3_stmt *st = sq_prep(c,
-                             "SELECT mseq FROM dispatch_chunks WHERE dispatch_id=? AND lane=?"
-                             " AND chunk=?");
-  if (!st) return sq_last_error(c);
-  sq_bind_id16(st, 1, b->dispatch_id.b);
-  sqlite3_bind_int(st, 2, b->lane);
-  sqlite3_bind_int64(st, 3, b->chunk_id);
-  int rc = sq_step(c, st);
-  if (rc == 1) *mseq = sq_col_u64(st, 0);
-  return rc;
-}
+/* A dispatch's stored progress for one lane (found = false: none yet). */
+typedef struct stored_progress {
+  bool found;
+  qim_mailbox_seq mseq;
+  qim_bytes applied; /* chunk ids applied, ascending u32 big-endian */
+} stored_progress;
 
-/* Stored progress must be a prefix of the new one: same shard and seq, chunks ⊆ new. */
-static int check_progress(sq_conn *c, const qim_append_mailbox_batch *b, const qim_bytes *chunks) {
+/* Reads the (dispatch, lane) row; a stored row must be a prefix of the new progress
+ * (same shard and seq, its chunks within the new ones) unless it already applied this
+ * chunk (a replay, answered from the row). */
+static int read_progress(sq_conn *c, const qim_append_mailbox_batch *b, const qim_bytes *chunks,
+                         stored_progress *out) {
+  *out = (stored_progress){0};
   sqlite3_stmt *st = sq_prep(c,
-                             "SELECT shard, mseq, chunks FROM dispatch_progress"
+                             "SELECT shard, mseq, chunks, applied FROM dispatch_progress"
                              " WHERE dispatch_id=? AND lane=?");
   if (!st) return sq_last_error(c);
   sq_bind_id16(st, 1, b->dispatch_id.b);
   sqlite3_bind_int(st, 2, b->lane);
   int rc = sq_step(c, st);
   if (rc <= 0) return rc;
+  out->found = true;
+  out->mseq = sq_col_u64(st, 1);
+  const uint8_t *applied = sqlite3_column_blob(st, 3);
+  size_t an = (size_t)sqlite3_column_bytes(st, 3);
+  out->applied = (qim_bytes){qim_malloc(an + 4), an};
+  if (an) memcpy(out->applied.p, applied, an);
+  uint8_t me[4] = {(uint8_t)(b->chunk_id >> 24), (uint8_t)(b->chunk_id >> 16),
+                   (uint8_t)(b->chunk_id >> 8), (uint8_t)b->chunk_id};
+  if (chunks_subset(me, 4, out->applied.p, an)) return 1; /* a replay */
   const uint8_t *stored = sqlite3_column_blob(st, 2);
   size_t n = (size_t)sqlite3_column_bytes(st, 2);
-  if (sq_col_u64(st, 0) != b->shard || sq_col_u64(st, 1) != b->mailbox_seq ||
+  if (sq_col_u64(st, 0) != b->shard || out->mseq != b->mailbox_seq ||
       !chunks_subset(stored, n, chunks->p, chunks->n))
     return qim_err_raise(QIM_E_MATERIALIZE_PROGRESS_CONFLICT);
   return 0;
@@ -230,22 +237,23 @@ static int insert_entry(sq_conn *c, const qim_append_mailbox_batch *b, const qim
   return rc;
 }
 
-static int write_progress(sq_conn *c, const qim_append_mailbox_batch *b, const qim_bytes *chunks) {
-  sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO dispatch_chunks(dispatch_id, lane, chunk, shard, mseq)"
-                             " VALUES(?, ?, ?, ?, ?)");
-  if (!st) return sq_last_error(c);
-  sq_bind_id16(st, 1, b->dispatch_id.b);
-  sqlite3_bind_int(st, 2, b->lane);
-  sqlite3_bind_int64(st, 3, b->chunk_id);
-  sqlite3_bind_int64(st, 4, b->shard);
-  sq_bind_u64(st, 5, b->mailbox_seq);
-  int rc = sq_run(c, st);
-  if (rc) return rc;
-  st = sq_prep(c,
-               "INSERT INTO dispatch_progress(dispatch_id, lane, shard, mseq, chunks, completed_at)"
-               " VALUES(?, ?, ?, ?, ?, ?) ON CONFLICT(dispatch_id, lane) DO UPDATE SET"
-               " chunks = excluded.chunks, completed_at = excluded.completed_at");
+/* Adds chunk to an ascending chunk-id blob (which has room for it). */
+static void applied_add(qim_bytes *applied, uint32_t chunk) {
+  size_t i = 0;
+  while (i < applied->n / 4 && chunk_at(applied->p, i) < chunk) i++;
+  memmove(applied->p + 4 * i + 4, applied->p + 4 * i, applied->n - 4 * i);
+  for (int k = 0; k < 4; k++) applied->p[4 * i + (size_t)k] = (uint8_t)(chunk >> (24 - 8 * k));
+  applied->n += 4;
+}
+
+static int write_progress(sq_conn *c, const qim_append_mailbox_batch *b, const qim_bytes *chunks,
+                          const qim_bytes *applied) {
+  sqlite3_stmt *st = sq_prep(
+      c,
+      "INSERT INTO dispatch_progress(dispatch_id, lane, shard, mseq, chunks, completed_at, applied)"
+      " VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(dispatch_id, lane) DO UPDATE SET"
+      " chunks = excluded.chunks, completed_at = excluded.completed_at, applied = "
+      "excluded.applied");
   if (!st) return sq_last_error(c);
   sq_bind_id16(st, 1, b->dispatch_id.b);
   sqlite3_bind_int(st, 2, b->lane);
@@ -253,18 +261,26 @@ static int write_progress(sq_conn *c, const qim_append_mailbox_batch *b, const q
   sq_bind_u64(st, 4, b->mailbox_seq);
   sq_bind_blob(st, 5, chunks->p, chunks->n);
   if (b->progress.has_completed_at) sq_bind_u64(st, 6, b->progress.completed_at);
+  sq_bind_blob(st, 7, applied->p, applied->n);
   return sq_run(c, st);
 }
 
 /* One batch, the shard's epoch already checked: its receipt in *out. */
 static int append_one(sq_conn *c, const qim_append_mailbox_batch *b, qim_durability_receipt *out) {
   *out = (qim_durability_receipt){b->dispatch_id, b->lane, b->mailbox_seq};
-  int rc = find_chunk(c, b, &out->mailbox_seq);
-  if (rc) return rc < 0 ? rc : 0; /* a replay: the original receipt */
   qim_bytes chunks = chunks_encode(b->progress.completed_chunks, b->progress.completed_chunk_count);
-  rc = check_progress(c, b, &chunks);
-  for (size_t i = 0; rc == 0 && i < b->entry_count; i++) rc = insert_entry(c, b, &b->entries[i]);
-  if (rc == 0) rc = write_progress(c, b, &chunks);
+  stored_progress prev;
+  int rc = read_progress(c, b, &chunks, &prev);
+  if (rc == 1) {
+    out->mailbox_seq = prev.mseq; /* a replay: the original receipt */
+    rc = 0;
+  } else if (rc == 0) {
+    for (size_t i = 0; rc == 0 && i < b->entry_count; i++) rc = insert_entry(c, b, &b->entries[i]);
+    if (!prev.found) prev.applied = (qim_bytes){qim_malloc(4), 0};
+    applied_add(&prev.applied, b->chunk_id);
+    if (rc == 0) rc = write_progress(c, b, &chunks, &prev.applied);
+  }
+  qim_bytes_free(&prev.applied);
   qim_bytes_free(&chunks);
   return rc;
 }
@@ -460,7 +476,6 @@ static int watermark_advance_prepare(const sq_store *st, qim_store_req *base) {
 static int trim_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane, uint64_t floor) {
   static const char *const sql[] = {
       "DELETE FROM mailbox WHERE shard=? AND lane=? AND mseq < ?",
-      "DELETE FROM dispatch_chunks WHERE shard=? AND lane=? AND mseq < ?",
       "DELETE FROM dispatch_progress WHERE shard=? AND lane=? AND mseq < ?",
   };
   for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {

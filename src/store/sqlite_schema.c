@@ -121,7 +121,15 @@ static const char schema_v2[] =
 static const char schema_v3[] =
     "ALTER TABLE conversations ADD COLUMN membership_floor INTEGER NOT NULL DEFAULT 0;";
 
-static const char *const migrations[] = {schema_v1, schema_v2, schema_v3};
+/* Version 4: the chunks a dispatch has applied per lane move into its progress row
+ * (`applied`, ascending u32 big-endian chunk ids, filled by fill_applied below), and the
+ * table that held one row per chunk goes: every append wrote that row and its index
+ * entry, on pages the random DispatchId scattered (~8 of a p2p transaction's ~52 WAL
+ * pages). */
+static const char schema_v4[] = "ALTER TABLE dispatch_progress ADD COLUMN applied BLOB;";
+static const char schema_v4_end[] = "DROP TABLE dispatch_chunks;";
+
+static const char *const migrations[] = {schema_v1, schema_v2, schema_v3, schema_v4};
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
 static int exec_sql(sq_conn *c, const char *sql) {
@@ -133,6 +141,36 @@ static int exec_sql(sq_conn *c, const char *sql) {
     return sq_errno(rc);
   }
   return 0;
+}
+
+/* Version 4's data step: each progress row's `applied` from its dispatch_chunks rows. */
+static int fill_applied(sq_conn *c) {
+  sqlite3_stmt *rd = NULL, *up = NULL;
+  int rc = sqlite3_prepare_v2(c->db,
+                              "SELECT dispatch_id, lane, chunk FROM dispatch_chunks"
+                              " ORDER BY dispatch_id, lane, chunk",
+                              -1, &rd, NULL);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_prepare_v2(c->db,
+                            "UPDATE dispatch_progress SET applied = coalesce(applied, x'') || ?3"
+                            " WHERE dispatch_id=?1 AND lane=?2",
+                            -1, &up, NULL);
+  while (rc == SQLITE_OK && (rc = sqlite3_step(rd)) == SQLITE_ROW) {
+    uint32_t chunk = (uint32_t)sqlite3_column_int64(rd, 2);
+    uint8_t be[4] = {(uint8_t)(chunk >> 24), (uint8_t)(chunk >> 16), (uint8_t)(chunk >> 8),
+                     (uint8_t)chunk};
+    sqlite3_bind_value(up, 1, sqlite3_column_value(rd, 0));
+    sqlite3_bind_value(up, 2, sqlite3_column_value(rd, 1));
+    sqlite3_bind_blob(up, 3, be, 4, SQLITE_TRANSIENT);
+    rc = sqlite3_step(up) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(c->db);
+    sqlite3_reset(up);
+  }
+  sqlite3_finalize(rd);
+  sqlite3_finalize(up);
+  if (rc == SQLITE_DONE) return exec_sql(c, schema_v4_end);
+  QIM_LOGE(NULL, "store.sqlite.schema", "step=fill_applied rc=%d msg=\"%s\"", rc,
+           sqlite3_errmsg(c->db));
+  return sq_errno(rc);
 }
 
 static int user_version(sq_conn *c, int *out) {
@@ -151,6 +189,7 @@ static int migrate_step(sq_conn *c, int from, const qim_shard_config *shards) {
   int rc = exec_sql(c, "BEGIN IMMEDIATE");
   if (rc) return rc;
   rc = exec_sql(c, migrations[from]);
+  if (rc == 0 && from == 3) rc = fill_applied(c);
   if (rc == 0 && from == 0) {
     snprintf(tail, sizeof tail,
              "INSERT INTO meta VALUES('shard_count', %u), ('lanes_per_shard', %u);",
@@ -199,7 +238,8 @@ int sq_schema_layout(sq_conn *c, qim_shard_config *shards) {
   if (rc == 0 && version > 0) rc = meta_get(c, "shard_count", &count);
   if (rc == 0 && version > 0) rc = meta_get(c, "lanes_per_shard", &lanes);
   if (rc) return rc;
-  if (!shards->shard_count) shards->shard_count = count > 0 ? (uint32_t)count : QIM_STORE_DEFAULT_SHARDS;
+  if (!shards->shard_count)
+    shards->shard_count = count > 0 ? (uint32_t)count : QIM_STORE_DEFAULT_SHARDS;
   if (!shards->lanes_per_shard)
     shards->lanes_per_shard = lanes > 0 ? (uint32_t)lanes : QIM_STORE_DEFAULT_LANES;
   return shards->lanes_per_shard <= 255 ? 0 : -EINVAL;

@@ -3,6 +3,8 @@
  * through the public vtable (the conformance suite runs the contract vectors; these
  * pin down backend details and give quick coverage while developing).
  */
+#include <sqlite3.h>
+
 #include "store_fixture.h"
 
 typedef struct env {
@@ -404,13 +406,17 @@ static void mbatch_init(mbatch *m, qim_shard_epoch epoch, uint64_t offset, int n
   m->r.owner_epoch = owner_epoch;
 }
 
+static void take_shard(qim_store *s, qim_mailbox_shard_id shard) {
+  qim_store_shard_takeover_req t = {0};
+  t.shard = shard;
+  assert_int_equal(QIM_STORE_SYNC(s, mailboxes.shard_takeover, &t), 0);
+}
+
 static void test_mailbox_append_is_fenced_idempotent_and_checks_progress(void **state) {
   env *e = *state;
   mbatch m;
   mbatch_init(&m, 0, 1, 1, 0, true, 0);
-  qim_store_shard_takeover_req t = {0};
-  t.shard = m.b.shard;
-  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.shard_takeover, &t), 0);
+  take_shard(e->s, m.b.shard); /* epoch 1 */
   assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), QIM_E_MATERIALIZE_SHARD_NOT_OWNED);
   mbatch_init(&m, 1, 5, 1, 0, true, 1);
   assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
@@ -431,6 +437,59 @@ static void test_mailbox_append_is_fenced_idempotent_and_checks_progress(void **
   assert_true(pg.out_found);
   assert_int_equal(pg.out.completed_chunk_count, 2);
   qim_free(pg.out.completed_chunks);
+}
+
+/* Runs SQL on the store's file directly (the store closed). */
+static void raw_sql(const char *dir, const char *sql) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/store.db", dir);
+  sqlite3 *db;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  char *err = NULL;
+  int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
+  if (rc != SQLITE_OK) fprintf(stderr, "raw_sql: %s\n", err ? err : "?");
+  sqlite3_free(err);
+  assert_int_equal(rc, SQLITE_OK);
+  sqlite3_close(db);
+}
+
+/* Schema 4 moved the applied chunks from a table of their own into the progress row: a
+ * store written by schema 3 still answers a replay with the original receipt (a replay
+ * at another seq would otherwise be a ProgressConflict), and its next chunk applies. */
+static void test_schema_3_store_keeps_its_applied_chunks_after_upgrade(void **state) {
+  env *e = *state;
+  mbatch m;
+  mbatch_init(&m, 1, 5, 1, 0, true, 1);
+  take_shard(e->s, m.b.shard); /* epoch 1 */
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+  qim_store_close(e->s);
+  raw_sql(
+      e->dir,
+      "CREATE TABLE dispatch_chunks(dispatch_id BLOB NOT NULL, lane INTEGER NOT NULL,"
+      " chunk INTEGER NOT NULL, shard INTEGER NOT NULL, mseq INTEGER NOT NULL,"
+      " PRIMARY KEY(dispatch_id, lane, chunk)) WITHOUT ROWID;"
+      "CREATE INDEX dispatch_chunks_lane ON dispatch_chunks(shard, lane, mseq);"
+      "INSERT INTO dispatch_chunks SELECT dispatch_id, lane, 0, shard, mseq FROM dispatch_progress;"
+      "ALTER TABLE dispatch_progress DROP COLUMN applied; PRAGMA user_version=3;");
+  qim_store_options o = fx_options();
+  e->s = fx_open(e->dir, NULL, &o);
+
+  mbatch_init(&m, 1, 6, 1, 0, true, 1);
+  m.b.dispatch_id.b[15] = 5; /* the same dispatch, offered again at another seq */
+  m.b.progress.dispatch_id = m.b.dispatch_id;
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+  assert_int_equal(m.r.out.mailbox_seq, qim_mailbox_seq_make(1, 5));
+  mbatch_init(&m, 1, 5, 1, 1, true, 1);
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+  qim_store_progress_get_req pg = {0};
+  pg.dispatch_id = m.b.dispatch_id;
+  pg.lane = m.b.lane;
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.progress_get, &pg), 0);
+  assert_int_equal(pg.out.completed_chunk_count, 2);
+  qim_free(pg.out.completed_chunks);
+  qim_store_close(e->s);
+  raw_sql(e->dir, "CREATE TABLE dispatch_chunks(x); DROP TABLE dispatch_chunks;"); /* it was gone */
+  e->s = fx_open(e->dir, NULL, &o);
 }
 
 static int range(qim_store *s, uint32_t max_items, qim_store_mailbox_range_req *r) {
@@ -480,6 +539,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_wipe_body_erases_history_and_intent, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reserve_with_zero_cmid_is_invalid, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mailbox_append_is_fenced_idempotent_and_checks_progress,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_schema_3_store_keeps_its_applied_chunks_after_upgrade,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_mailbox_range_keeps_event_groups_whole, setup, teardown),
   };
