@@ -9,9 +9,12 @@
  * copies. So the work is split. The checkpointer copies the bulk (the WAL up to its end
  * when it starts, then the frames added meanwhile, until few are left); then the writer,
  * between two transactions, copies the short remainder itself, and its next transaction
- * starts the WAL over. The writer's part is a small, bounded stall instead of the whole
- * copy. If the checkpointer cannot keep up, or readers keep the WAL from starting over,
- * the writer checkpoints itself past a hard limit, so the WAL stays bounded.
+ * starts the WAL over. The writer's part is one stall per WAL cycle instead of the whole
+ * copy: 2-8 ms on a fresh store, 35-60 ms on one of a few hundred MB, where the disk's
+ * flush after the round's write-back, not the copy of TAIL_FRAMES pages, takes the time
+ * (bench/README.md, "What bounds 2 and 3"). If the checkpointer cannot keep up, or
+ * readers keep the WAL from starting over, the writer checkpoints itself past a hard
+ * limit, so the WAL stays bounded.
  *
  * Durability is SQLite's own: a checkpoint syncs the WAL before copying and the
  * database file before it records the copy (synchronous=FULL on this connection too).
@@ -25,8 +28,9 @@
  * asked for until then). 6 B: the writer copies whatever is left itself, so neither a
  * lagging checkpointer nor readers holding old frames can grow the WAL without bound.
  * Measured on this machine (one-to-one at 4,000 msgs/s): B = 4000 copied the hot pages
- * four times as often and its copies competed with the writer for the CPU; 16000 and
- * 20000 kept p99 at 22-28 ms, where checkpointing inline every 10000 pages gave 49-123. */
+ * four times as often and its copies competed with the writer for the CPU; with 16000 the
+ * p99 of three runs was 27-61 ms, where checkpointing inline every 10000 pages gave
+ * 49-123 in the same hour. */
 #define TAIL_FRAMES 256
 /* Passes a round makes over a WAL that keeps growing before it leaves the rest. */
 #define MAX_PASSES 4
