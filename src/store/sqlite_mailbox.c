@@ -252,8 +252,8 @@ static int write_progress(sq_conn *c, const qim_append_mailbox_batch *b, const q
       c,
       "INSERT INTO dispatch_progress(dispatch_id, lane, shard, mseq, chunks, completed_at, applied)"
       " VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(dispatch_id, lane) DO UPDATE SET"
-      " chunks = excluded.chunks, completed_at = excluded.completed_at, applied = "
-      "excluded.applied");
+      " chunks = excluded.chunks, completed_at = excluded.completed_at,"
+      " applied = excluded.applied");
   if (!st) return sq_last_error(c);
   sq_bind_id16(st, 1, b->dispatch_id.b);
   sqlite3_bind_int(st, 2, b->lane);
