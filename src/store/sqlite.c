@@ -884,6 +884,7 @@ static void store_stats(qim_store *s, qim_store_stats *out) {
       .lingered = atomic_load(&st->stats.lingered),
       .checkpoints = atomic_load(&st->stats.checkpoints),
       .checkpoints_background = atomic_load(&st->stats.bg_checkpoints),
+      .writebacks = atomic_load(&st->stats.writebacks),
   };
   for (int i = 0; i < 8; i++) out->batch_hist[i] = atomic_load(&st->stats.hist[i]);
 }

@@ -16,9 +16,21 @@
  * readers keep the WAL from starting over, the writer checkpoints itself past a hard
  * limit, so the WAL stays bounded.
  *
+ * Write-back ahead of the fsync: while a round copies, a second thread asks the kernel
+ * every WRITEBACK_EVERY_MS to start writing the database file's dirty pages
+ * (sync_file_range, which does not wait for them). Otherwise a round's pages all went
+ * to the disk at its closing fsync, and the writer's next fsyncs waited behind that
+ * flush: at 500 one-to-one msgs/s on a 170 MB store, p99 over five runs was 12-19 ms
+ * with it against 14-31 ms without, the slowest delivery 19-34 ms against 38-61.
+ *
  * Durability is SQLite's own: a checkpoint syncs the WAL before copying and the
  * database file before it records the copy (synchronous=FULL on this connection too).
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "qim/log.h"
 #include "store/sqlite_int.h"
 
@@ -34,6 +46,7 @@
 #define TAIL_FRAMES 256
 /* Passes a round makes over a WAL that keeps growing before it leaves the rest. */
 #define MAX_PASSES 4
+#define WRITEBACK_EVERY_MS 2
 
 static uint64_t restart_frames(const sq_store *st) {
   return st->opt.checkpoint_frames * 5ull / 2;
@@ -54,7 +67,14 @@ static void copy_round(sq_store *st) {
   for (int pass = 0; pass < MAX_PASSES; pass++) {
     int log = 0, done = 0;
     uint64_t t0 = now_ns();
+    pthread_mutex_lock(&k->mu);
+    k->copying = true;
+    pthread_cond_signal(&k->wb_cv);
+    pthread_mutex_unlock(&k->mu);
     int rc = sqlite3_wal_checkpoint_v2(k->conn.db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+    pthread_mutex_lock(&k->mu);
+    k->copying = false;
+    pthread_mutex_unlock(&k->mu);
     atomic_fetch_add_explicit(&st->stats.bg_checkpoint_ns, now_ns() - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&st->stats.bg_checkpoints, 1, memory_order_relaxed);
     if (rc != SQLITE_OK) {
@@ -88,31 +108,65 @@ static void *ckpt_main(void *arg) {
   return NULL;
 }
 
+/* The write-back thread: starts the database file's write-out while a pass copies. */
+static void *writeback_main(void *arg) {
+  sq_store *st = arg;
+  sq_ckpt *k = &st->ckpt;
+  qim_log_name_thread("writeback");
+  const struct timespec every = {0, WRITEBACK_EVERY_MS * 1000000L};
+  bool warned = false;
+  pthread_mutex_lock(&k->mu);
+  for (;;) {
+    while (!k->copying && !k->closing) pthread_cond_wait(&k->wb_cv, &k->mu);
+    if (k->closing) break;
+    pthread_mutex_unlock(&k->mu);
+    if (sync_file_range(k->db_fd, 0, 0, SYNC_FILE_RANGE_WRITE) == 0) {
+      atomic_fetch_add_explicit(&st->stats.writebacks, 1, memory_order_relaxed);
+    } else if (!warned) { /* not fatal: the round's own fsync still writes everything */
+      QIM_LOGW(NULL, "store.sqlite.writeback", "errno=%d", errno);
+      warned = true;
+    }
+    nanosleep(&every, NULL);
+    pthread_mutex_lock(&k->mu);
+  }
+  pthread_mutex_unlock(&k->mu);
+  return NULL;
+}
+
 int sq_ckpt_start(sq_store *st) {
   sq_ckpt *k = &st->ckpt;
   pthread_mutex_init(&k->mu, NULL);
   pthread_cond_init(&k->cv, NULL);
+  pthread_cond_init(&k->wb_cv, NULL);
+  k->db_fd = -1;
   k->inited = true;
   int rc = sq_conn_open(st, &k->conn, true);
   if (rc) return rc;
+  k->db_fd = open(st->path, O_RDONLY | O_CLOEXEC);
+  if (k->db_fd < 0) return -errno;
   rc = pthread_create(&k->thread, NULL, ckpt_main, st);
   if (rc) return -rc;
   k->started = true;
+  rc = pthread_create(&k->writeback, NULL, writeback_main, st);
+  if (rc) return -rc;
+  k->wb_started = true;
   return 0;
 }
 
 void sq_ckpt_stop(sq_store *st) {
   sq_ckpt *k = &st->ckpt;
   if (!k->inited) return;
-  if (k->started) {
-    pthread_mutex_lock(&k->mu);
-    k->closing = true;
-    pthread_cond_signal(&k->cv);
-    pthread_mutex_unlock(&k->mu);
-    pthread_join(k->thread, NULL);
-    k->started = false;
-  }
+  pthread_mutex_lock(&k->mu);
+  k->closing = true;
+  pthread_cond_signal(&k->cv);
+  pthread_cond_signal(&k->wb_cv);
+  pthread_mutex_unlock(&k->mu);
+  if (k->started) pthread_join(k->thread, NULL);
+  if (k->wb_started) pthread_join(k->writeback, NULL);
+  k->started = k->wb_started = false;
+  if (k->db_fd >= 0) close(k->db_fd);
   sq_conn_close(&k->conn);
+  pthread_cond_destroy(&k->wb_cv);
   pthread_cond_destroy(&k->cv);
   pthread_mutex_destroy(&k->mu);
   k->inited = false;

@@ -123,13 +123,14 @@ typedef struct sq_queue {
 
 /* The background checkpointer (sqlite_checkpoint.c); flags under mu. */
 typedef struct sq_ckpt {
-  pthread_t thread;
+  pthread_t thread, writeback;
   sq_conn conn;
+  int db_fd; /* the database file, for sync_file_range */
   pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool requested, running, closing;
+  pthread_cond_t cv, wb_cv; /* work for the checkpointer; a pass copying (write-back) */
+  bool requested, running, closing, copying;
   uint64_t copied; /* WAL frames the last pass left copied */
-  bool inited, started;
+  bool inited, started, wb_started;
 } sq_ckpt;
 
 struct sq_store {
@@ -164,6 +165,7 @@ struct sq_store {
     _Atomic uint64_t reads_inline;          /* reads run on the submitting worker's thread */
     _Atomic uint64_t checkpoint_ns, checkpoints; /* the writer's busy checkpoints, wall time */
     _Atomic uint64_t bg_checkpoint_ns, bg_checkpoints; /* the checkpointer's passes */
+    _Atomic uint64_t writebacks;                       /* write-outs started during them */
   } stats;
 };
 

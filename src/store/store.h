@@ -702,6 +702,7 @@ struct qim_store_stats {
   uint64_t lingered;              /* write operations those lingers added to their transaction */
   uint64_t checkpoints;           /* sqlite: checkpoints on the writer's own thread (stalls) */
   uint64_t checkpoints_background; /* sqlite: passes of the background checkpointer */
+  uint64_t writebacks;            /* sqlite: write-outs of the database file started during them */
   uint64_t batch_hist[8]; /* batches of size 1, 2-3, 4-7, 8-15, 16-63, 64-255, 256-1023, 1024+ */
 };
 void qim_store_get_stats(qim_store *s, qim_store_stats *out);

@@ -79,6 +79,8 @@ static void test_wal_stays_short_under_writes_that_never_pause(void **state) {
   /* ...and never came near the point where the writer copies all of it itself (6 x). */
   assert_true(longest <= (long long)(5 * FRAMES) * FRAME_BYTES);
   assert_true(after.checkpoints_background - before.checkpoints_background >= 3);
+  /* ...and the database file's write-out was started while they copied. */
+  assert_true(after.writebacks - before.writebacks >= 1);
   assert_int_equal(outbox_count(s), N);
   qim_store_close(s);
 
