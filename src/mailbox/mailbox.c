@@ -220,13 +220,18 @@ int qim_mailbox_lane_status_get(qim_mailbox *m, qim_mailbox_shard_id shard, qim_
   out->watermark = (qim_lane_watermark){shard, lane, 0, 0};
   if (!l) return 0;
   out->state = (qim_mailbox_lane_state)atomic_load(&l->state);
+  /* A fence stops every lane of the shard, whichever lane met it first; the others stay
+   * RUNNING but are never scheduled again, so they report the fence too (as readiness
+   * does for the shard). */
+  bool fenced = out->state == QIM_MAILBOX_LANE_RUNNING && atomic_load(&l->sh->fenced);
+  if (fenced) out->state = QIM_MAILBOX_LANE_FENCED;
   out->ready = atomic_load(&l->ready);
   out->paused = atomic_load(&l->paused);
   out->owner_epoch = atomic_load(&l->sh->owned) ? l->sh->epoch : 0;
   out->next_offset = atomic_load(&l->next_offset_pub);
   pthread_mutex_lock(&l->mu);
   out->watermark = l->wm_pub;
-  out->last_error = l->last_error;
+  out->last_error = fenced ? QIM_E_MATERIALIZE_SHARD_NOT_OWNED : l->last_error;
   out->dispatches = l->dispatches, out->batches = l->batches, out->entries = l->entries;
   out->pushes = l->pushes, out->retries = l->retries, out->trimmed = l->trimmed;
   pthread_mutex_unlock(&l->mu);

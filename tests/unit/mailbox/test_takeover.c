@@ -158,6 +158,34 @@ static void test_a_stale_owner_is_fenced_by_the_store(void **state) {
   drop(w, b);
 }
 
+/* The lane without recipients meets the fence first (the other is paused): the paused
+ * one, never scheduled again once the shard is fenced, reports the fence too. */
+static void test_a_fence_met_by_one_lane_is_reported_by_every_lane(void **state) {
+  world *w = *state;
+  qim_mailbox *a = node(w, 7), *b = node(w, 8);
+  assert_int_equal(qim_mailbox_shard_acquire_sync(a, 2, NULL), 0);
+  qim_shard_readiness rd;
+  assert_int_equal(qim_mailbox_shard_wait_ready(a, 2, 10000, &rd, NULL), 0);
+  qim_user_id u = fx_user_on(2, 0, 0);
+  fx_msg m1 = text(2, u);
+  fx_send(w->env->store, &m1, 2, &u, 1);
+  assert_int_equal(qim_mailbox_drain(a, 10000), 0);
+  assert_int_equal(qim_mailbox_lane_pause(a, 2, 0), 0);
+  assert_int_equal(qim_mailbox_shard_acquire_sync(b, 2, NULL), 0);
+  fx_msg m2 = text(3, u);
+  fx_send(w->env->store, &m2, 2, &u, 1);
+  lane_in one = {a, 2, 1, QIM_MAILBOX_LANE_FENCED};
+  assert_true(fx_eventually(lane_reached, &one));
+  qim_mailbox_lane_resume(a, 2, 0);
+  lane_in zero = {a, 2, 0, QIM_MAILBOX_LANE_FENCED};
+  assert_true(fx_eventually(lane_reached, &zero));
+  qim_mailbox_lane_status st;
+  qim_mailbox_lane_status_get(a, 2, 0, &st);
+  assert_int_equal(st.last_error, QIM_E_MATERIALIZE_SHARD_NOT_OWNED);
+  drop(w, a);
+  drop(w, b);
+}
+
 static void test_a_lane_lagging_across_a_takeover_computes_the_same_seq(void **state) {
   world *w = *state;
   qim_mailbox *a = node(w, 7);
@@ -296,6 +324,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_a_new_owner_answers_lane_not_ready_until_it_has_replayed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_stale_owner_is_fenced_by_the_store, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_fence_met_by_one_lane_is_reported_by_every_lane, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_lane_lagging_across_a_takeover_computes_the_same_seq, setup, teardown),
       cmocka_unit_test_setup_teardown(test_readiness_fails_when_the_log_was_trimmed_past_replay_from, setup,
                                       teardown),
