@@ -118,16 +118,23 @@ static void test_a_new_owner_answers_lane_not_ready_until_it_has_replayed(void *
   drop(w, m);
 }
 
-static void test_a_stale_owner_is_fenced_by_the_store(void **state) {
-  world *w = *state;
-  qim_mailbox *a = node(w, 7), *b = node(w, 8);
+/* Node `a` owns shard 2 and has materialized one message to u (shard 2, lane 0): its seq. */
+static qim_mailbox_seq own_with_one_message(world *w, qim_mailbox *a, qim_user_id u) {
   assert_int_equal(qim_mailbox_shard_acquire_sync(a, 2, NULL), 0);
   qim_shard_readiness rd;
   assert_int_equal(qim_mailbox_shard_wait_ready(a, 2, 10000, &rd, NULL), 0);
-  qim_user_id u = fx_user_on(2, 0, 0);
   fx_msg m1 = text(2, u);
   qim_mailbox_seq s1 = fx_send(w->env->store, &m1, 2, &u, 1);
   assert_int_equal(qim_mailbox_drain(a, 10000), 0);
+  return s1;
+}
+
+static void test_a_stale_owner_is_fenced_by_the_store(void **state) {
+  world *w = *state;
+  qim_mailbox *a = node(w, 7), *b = node(w, 8);
+  qim_shard_readiness rd;
+  qim_user_id u = fx_user_on(2, 0, 0);
+  qim_mailbox_seq s1 = own_with_one_message(w, a, u);
   qim_mailbox_pause(a, QIM_MAILBOX_STAGE_MATERIALIZE); /* A is slow: B takes over meanwhile */
   qim_shard_takeover tk;
   assert_int_equal(qim_mailbox_shard_acquire_sync(b, 2, &tk), 0);
@@ -163,13 +170,8 @@ static void test_a_stale_owner_is_fenced_by_the_store(void **state) {
 static void test_a_fence_met_by_one_lane_is_reported_by_every_lane(void **state) {
   world *w = *state;
   qim_mailbox *a = node(w, 7), *b = node(w, 8);
-  assert_int_equal(qim_mailbox_shard_acquire_sync(a, 2, NULL), 0);
-  qim_shard_readiness rd;
-  assert_int_equal(qim_mailbox_shard_wait_ready(a, 2, 10000, &rd, NULL), 0);
   qim_user_id u = fx_user_on(2, 0, 0);
-  fx_msg m1 = text(2, u);
-  fx_send(w->env->store, &m1, 2, &u, 1);
-  assert_int_equal(qim_mailbox_drain(a, 10000), 0);
+  own_with_one_message(w, a, u);
   assert_int_equal(qim_mailbox_lane_pause(a, 2, 0), 0);
   assert_int_equal(qim_mailbox_shard_acquire_sync(b, 2, NULL), 0);
   fx_msg m2 = text(3, u);
