@@ -426,24 +426,16 @@ static unsigned hist_bucket(size_t n) {
   return 7;
 }
 
-/* Monotonic time (vDSO, no system call; a thread-CPU clock is one here): what an
- * operation, a COMMIT or a checkpoint holds its thread up, fsyncs included (op_counts). */
-static uint64_t wall_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Runs one operation under its savepoint. Returns false when SQLite lost the whole
  * transaction (the op's status is then left for the caller to set). */
 static bool run_in_savepoint(sq_conn *c, qim_store_req *r) {
   const sq_op *op = ops[r->op_];
-  uint64_t t0 = wall_ns();
+  uint64_t t0 = sq_now_ns();
   int rc = exec_cached(c, "SAVEPOINT op");
   if (rc) return false;
   int status = op->exec(c, r);
   release_used(c);
-  atomic_fetch_add_explicit(&c->st->stats.op_ns[r->op_], wall_ns() - t0, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->st->stats.op_ns[r->op_], sq_now_ns() - t0, memory_order_relaxed);
   if (sqlite3_get_autocommit(c->db)) {
     r->status = 0; /* not its own failure: fail_batch reports the lost transaction */
     return false;
@@ -531,12 +523,12 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
   bool commit_failed = false;
   if (ok) {
     if (st->opt.before_commit) st->opt.before_commit(st->opt.hook_ctx);
-    uint64_t t0 = wall_ns();
+    uint64_t t0 = sq_now_ns();
     if (exec_cached(c, "COMMIT") != 0) {
       commit_failed = true;
       ok = false;
     }
-    atomic_fetch_add_explicit(&st->stats.commit_ns, wall_ns() - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->stats.commit_ns, sq_now_ns() - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&st->stats.commits, 1, memory_order_relaxed);
   }
   if (!ok) {
@@ -583,7 +575,7 @@ static bool idle_checkpoint(sq_store *st) {
   return rc == SQLITE_OK;
 }
 
-static uint64_t mono_ms(void) { return wall_ns() / 1000000u; }
+static uint64_t mono_ms(void) { return sq_now_ns() / 1000000u; }
 
 void sq_note_erase(sq_conn *c) {
   sq_store *st = c->st;
@@ -624,10 +616,10 @@ static void reader_run(sq_store *st, sq_conn *c, qim_store_req *r) {
   r->error = (qim_error){0};
   int status = exec_cached(c, "BEGIN");
   if (status == 0) {
-    uint64_t t0 = wall_ns();
+    uint64_t t0 = sq_now_ns();
     status = op->exec(c, r);
     release_used(c);
-    atomic_fetch_add_explicit(&st->stats.op_ns[r->op_], wall_ns() - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->stats.op_ns[r->op_], sq_now_ns() - t0, memory_order_relaxed);
     int end = exec_cached(c, status == 0 ? "COMMIT" : "ROLLBACK");
     if (status == 0) status = end;
   }

@@ -55,18 +55,12 @@ static uint64_t inline_frames(const sq_store *st) {
   return st->opt.checkpoint_frames * 6ull;
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* One round: passes over the WAL until its uncopied tail is short. */
 static void copy_round(sq_store *st) {
   sq_ckpt *k = &st->ckpt;
   for (int pass = 0; pass < MAX_PASSES; pass++) {
     int log = 0, done = 0;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = sq_now_ns();
     pthread_mutex_lock(&k->mu);
     k->copying = true;
     pthread_cond_signal(&k->wb_cv);
@@ -75,7 +69,7 @@ static void copy_round(sq_store *st) {
     pthread_mutex_lock(&k->mu);
     k->copying = false;
     pthread_mutex_unlock(&k->mu);
-    atomic_fetch_add_explicit(&st->stats.bg_checkpoint_ns, now_ns() - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->stats.bg_checkpoint_ns, sq_now_ns() - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&st->stats.bg_checkpoints, 1, memory_order_relaxed);
     if (rc != SQLITE_OK) {
       if (rc != SQLITE_BUSY)
@@ -96,9 +90,8 @@ static void *ckpt_main(void *arg) {
   qim_log_name_thread("checkpoint");
   pthread_mutex_lock(&k->mu);
   for (;;) {
-    while (!k->requested && !k->closing) pthread_cond_wait(&k->cv, &k->mu);
+    while (!k->running && !k->closing) pthread_cond_wait(&k->cv, &k->mu);
     if (k->closing) break;
-    k->requested = false;
     pthread_mutex_unlock(&k->mu);
     copy_round(st);
     pthread_mutex_lock(&k->mu);
@@ -174,9 +167,9 @@ void sq_ckpt_stop(sq_store *st) {
 
 /* The writer checkpoints itself (the remainder after a round, or past the hard limit). */
 static void copy_inline(sq_store *st, sqlite3 *db, const char *name) {
-  uint64_t t0 = now_ns();
+  uint64_t t0 = sq_now_ns();
   sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-  atomic_fetch_add_explicit(&st->stats.checkpoint_ns, now_ns() - t0, memory_order_relaxed);
+  atomic_fetch_add_explicit(&st->stats.checkpoint_ns, sq_now_ns() - t0, memory_order_relaxed);
   atomic_fetch_add_explicit(&st->stats.checkpoints, 1, memory_order_relaxed);
 }
 
@@ -193,7 +186,7 @@ void sq_ckpt_after_commit(sq_store *st, sqlite3 *db, const char *name, int frame
     if (finish) {
       k->copied = 0;
     } else if (left >= (long_wal ? 1 : st->opt.checkpoint_frames)) {
-      k->running = k->requested = true;
+      k->running = true;
       pthread_cond_signal(&k->cv);
     }
   }

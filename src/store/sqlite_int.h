@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "qim/clock.h"
 #include "store/store.h"
 
 /* Every operation of the backend: X(ENUM, name, request type). */
@@ -127,9 +128,9 @@ typedef struct sq_ckpt {
   sq_conn conn;
   int db_fd; /* the database file, for sync_file_range */
   pthread_mutex_t mu;
-  pthread_cond_t cv, wb_cv; /* work for the checkpointer; a pass copying (write-back) */
-  bool requested, running, closing, copying;
-  uint64_t copied; /* WAL frames the last pass left copied */
+  pthread_cond_t cv, wb_cv;       /* work for the checkpointer; a pass copying (write-back) */
+  bool running, closing, copying; /* running: a round asked for or under way */
+  uint64_t copied;                /* WAL frames the last pass left copied */
   bool inited, started, wb_started;
 } sq_ckpt;
 
@@ -150,7 +151,7 @@ struct sq_store {
   sq_conn *inline_idle[SQ_INLINE_CONNS];
   uint32_t inline_idle_n, inline_open;
   bool inline_closed;
-  uint64_t wal_frames; /* WAL size after the last commit (writer thread only) */
+  uint64_t wal_frames;  /* WAL size after the last commit (writer thread only) */
   bool erase_pending;   /* writer only: content erased since the WAL was last truncated */
   uint64_t truncate_at; /* writer only: when to truncate it even under load (ms) */
   sq_ckpt ckpt;
@@ -158,11 +159,11 @@ struct sq_store {
   struct {
     _Atomic uint64_t operations, transactions, fsyncs, failed, rejected, reads, pages;
     _Atomic uint64_t hist[8];
-    _Atomic uint64_t by_op[SQ_OP_COUNT];    /* submissions accepted, per operation */
-    _Atomic uint64_t op_ns[SQ_OP_COUNT];    /* time spent executing them */
-    _Atomic uint64_t commit_ns, commits;    /* writer COMMITs (WAL write + fsync) */
-    _Atomic uint64_t lingers, lingered;     /* lingers, and operations they added */
-    _Atomic uint64_t reads_inline;          /* reads run on the submitting worker's thread */
+    _Atomic uint64_t by_op[SQ_OP_COUNT];         /* submissions accepted, per operation */
+    _Atomic uint64_t op_ns[SQ_OP_COUNT];         /* time spent executing them */
+    _Atomic uint64_t commit_ns, commits;         /* writer COMMITs (WAL write + fsync) */
+    _Atomic uint64_t lingers, lingered;          /* lingers, and operations they added */
+    _Atomic uint64_t reads_inline;               /* reads run on the submitting worker's thread */
     _Atomic uint64_t checkpoint_ns, checkpoints; /* the writer's busy checkpoints, wall time */
     _Atomic uint64_t bg_checkpoint_ns, bg_checkpoints; /* the checkpointer's passes */
     _Atomic uint64_t writebacks;                       /* write-outs started during them */
@@ -170,6 +171,12 @@ struct sq_store {
 };
 
 /* ---- sqlite.c: connections, statements and status mapping ------------------------- */
+
+/* Monotonic nanoseconds (the system clock of qim/clock.h; vDSO, no system call): what an
+ * operation, a COMMIT or a checkpoint holds its thread up, fsyncs included (op_counts). */
+static inline uint64_t sq_now_ns(void) {
+  return qim_clock_mono_ns(qim_clock_system());
+}
 
 /* Opens a connection on the store's file with its tuning: the writer's (WAL, synchronous
  * FULL; also the checkpointer's) or a reader's (query_only, mapped). */
@@ -181,6 +188,11 @@ void sq_conn_close(sq_conn *c);
  * if it never pauses. No effect on other connections. */
 void sq_note_erase(sq_conn *c);
 
+/* A chunk id as stored in dispatch progress blobs: u32 big-endian. */
+static inline void sq_chunk_put(uint8_t p[4], uint32_t chunk) {
+  for (int k = 0; k < 4; k++) p[k] = (uint8_t)(chunk >> (24 - 8 * k));
+}
+
 /* ---- sqlite_checkpoint.c: the background checkpointer ------------------------------ */
 
 /* Opens its connection and starts its thread; sq_ckpt_stop undoes whatever started. */
@@ -190,7 +202,6 @@ void sq_ckpt_stop(sq_store *st);
  * asks for a round, copies the remainder after one, or checkpoints itself when the WAL
  * has grown too long. */
 void sq_ckpt_after_commit(sq_store *st, sqlite3 *db, const char *name, int frames);
-
 
 /* A cached statement for `sql` (a string literal: the cache is keyed by its address),
  * reset and unbound, or NULL (then sq_last_error gives the status). The statement is

@@ -112,7 +112,8 @@ static qim_bytes chunks_encode(const uint32_t *chunks, size_t n) {
   qim_bytes b = {qim_malloc(n * 4 + 1), 0};
   for (size_t i = 0; i < n; i++) {
     if (i && sorted[i] == sorted[i - 1]) continue;
-    for (int k = 0; k < 4; k++) b.p[b.n++] = (uint8_t)(sorted[i] >> (24 - 8 * k));
+    sq_chunk_put(b.p + b.n, sorted[i]);
+    b.n += 4;
   }
   qim_free(sorted);
   return b;
@@ -193,8 +194,8 @@ static int read_progress(sq_conn *c, const qim_append_mailbox_batch *b, const qi
   size_t an = (size_t)sqlite3_column_bytes(st, 3);
   out->applied = (qim_bytes){qim_malloc(an + 4), an};
   if (an) memcpy(out->applied.p, applied, an);
-  uint8_t me[4] = {(uint8_t)(b->chunk_id >> 24), (uint8_t)(b->chunk_id >> 16),
-                   (uint8_t)(b->chunk_id >> 8), (uint8_t)b->chunk_id};
+  uint8_t me[4];
+  sq_chunk_put(me, b->chunk_id);
   if (chunks_subset(me, 4, out->applied.p, an)) return 1; /* a replay */
   const uint8_t *stored = sqlite3_column_blob(st, 2);
   size_t n = (size_t)sqlite3_column_bytes(st, 2);
@@ -242,7 +243,7 @@ static void applied_add(qim_bytes *applied, uint32_t chunk) {
   size_t i = 0;
   while (i < applied->n / 4 && chunk_at(applied->p, i) < chunk) i++;
   memmove(applied->p + 4 * i + 4, applied->p + 4 * i, applied->n - 4 * i);
-  for (int k = 0; k < 4; k++) applied->p[4 * i + (size_t)k] = (uint8_t)(chunk >> (24 - 8 * k));
+  sq_chunk_put(applied->p + 4 * i, chunk);
   applied->n += 4;
 }
 

@@ -157,8 +157,8 @@ static int fill_applied(sq_conn *c) {
                             -1, &up, NULL);
   while (rc == SQLITE_OK && (rc = sqlite3_step(rd)) == SQLITE_ROW) {
     uint32_t chunk = (uint32_t)sqlite3_column_int64(rd, 2);
-    uint8_t be[4] = {(uint8_t)(chunk >> 24), (uint8_t)(chunk >> 16), (uint8_t)(chunk >> 8),
-                     (uint8_t)chunk};
+    uint8_t be[4];
+    sq_chunk_put(be, chunk);
     sqlite3_bind_value(up, 1, sqlite3_column_value(rd, 0));
     sqlite3_bind_value(up, 2, sqlite3_column_value(rd, 1));
     sqlite3_bind_blob(up, 3, be, 4, SQLITE_TRANSIENT);

@@ -406,6 +406,17 @@ static void mbatch_init(mbatch *m, qim_shard_epoch epoch, uint64_t offset, int n
   m->r.owner_epoch = owner_epoch;
 }
 
+/* How many chunks the stored progress of the batch's (dispatch, lane) lists (it must exist). */
+static size_t completed_chunks(qim_store *s, const qim_append_mailbox_batch *b) {
+  qim_store_progress_get_req pg = {0};
+  pg.dispatch_id = b->dispatch_id;
+  pg.lane = b->lane;
+  assert_int_equal(QIM_STORE_SYNC(s, mailboxes.progress_get, &pg), 0);
+  assert_true(pg.out_found);
+  qim_free(pg.out.completed_chunks);
+  return pg.out.completed_chunk_count;
+}
+
 static void take_shard(qim_store *s, qim_mailbox_shard_id shard) {
   qim_store_shard_takeover_req t = {0};
   t.shard = shard;
@@ -430,13 +441,7 @@ static void test_mailbox_append_is_fenced_idempotent_and_checks_progress(void **
   mbatch_init(&m, 1, 5, 1, 1, true, 1);
   assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
 
-  qim_store_progress_get_req pg = {0};
-  pg.dispatch_id = m.b.dispatch_id;
-  pg.lane = m.b.lane;
-  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.progress_get, &pg), 0);
-  assert_true(pg.out_found);
-  assert_int_equal(pg.out.completed_chunk_count, 2);
-  qim_free(pg.out.completed_chunks);
+  assert_int_equal(completed_chunks(e->s, &m.b), 2);
 }
 
 /* Runs SQL on the store's file directly (the store closed). */
@@ -481,12 +486,7 @@ static void test_schema_3_store_keeps_its_applied_chunks_after_upgrade(void **st
   assert_int_equal(m.r.out.mailbox_seq, qim_mailbox_seq_make(1, 5));
   mbatch_init(&m, 1, 5, 1, 1, true, 1);
   assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
-  qim_store_progress_get_req pg = {0};
-  pg.dispatch_id = m.b.dispatch_id;
-  pg.lane = m.b.lane;
-  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.progress_get, &pg), 0);
-  assert_int_equal(pg.out.completed_chunk_count, 2);
-  qim_free(pg.out.completed_chunks);
+  assert_int_equal(completed_chunks(e->s, &m.b), 2);
   qim_store_close(e->s);
   raw_sql(e->dir, "CREATE TABLE dispatch_chunks(x); DROP TABLE dispatch_chunks;"); /* it was gone */
   e->s = fx_open(e->dir, NULL, &o);
