@@ -8,14 +8,14 @@
  * BEGIN IMMEDIATE, then per operation SAVEPOINT / exec / RELEASE, or ROLLBACK TO when the
  * operation fails, so it fails alone. SQLite may instead roll back the whole transaction
  * (SQLITE_FULL, IOERR, BUSY, NOMEM can); sqlite3_get_autocommit() tells, and then every
- * operation of the batch fails — none is reported done. Otherwise one COMMIT (one fsync
- * under synchronous=FULL) makes the batch durable, and only then are completions posted
- * to the callers' queues: durability before acknowledgement. A failed COMMIT fails the
- * whole batch. The batch is not retried: callers retry idempotently.
+ * operation of the batch fails — none is reported done. Otherwise one COMMIT writes the
+ * batch to the WAL and the syncer (sqlite_sync.c) makes it durable, and only then are
+ * completions posted to the callers' queues: durability before acknowledgement. A failed
+ * COMMIT fails the whole batch. The batch is not retried: callers retry idempotently.
  *
  * Read path. Reader threads, each with its own connection, take one request at a time
  * and run it inside a read transaction (WAL gives it a stable snapshot while the writer
- * keeps committing).
+ * keeps committing); its answer, too, waits until what it could have seen is durable.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -285,11 +285,6 @@ static void settle(sq_store *st, qim_store_req *r, int status) {
   }
 }
 
-static void post(qim_store_req *r) {
-  r->item.run = run_done;
-  qim_cq_post(r->cq, &r->item); /* r may be freed from here on */
-}
-
 /*
  * Posts a batch's completions, one chain per completion queue in batch order: a caller
  * with several requests in the batch (a message's reserve and advances) is woken once.
@@ -300,7 +295,7 @@ typedef struct cq_chain {
   qim_cq_item *first, *last;
 } cq_chain;
 
-static void post_batch(qim_store_req *list, size_t n) {
+void sq_post_batch(qim_store_req *list, size_t n) {
   cq_chain stack[64];
   cq_chain *chains = n <= 64 ? stack : qim_malloc(n * sizeof *chains);
   size_t k = 0;
@@ -324,6 +319,24 @@ static int domain_status(int status, int code) {
   if (status >= 0 || qim_err_is_domain(status)) return status;
   if (status == -ENOENT || status == -EEXIST || status == -EINVAL) return status;
   return code ? qim_err_raise(code) : status;
+}
+
+/* What succeeded fails: writes as not durable, reads as unavailable. */
+void sq_fail_unsynced(sq_store *st, qim_store_req *list, bool write) {
+  for (qim_store_req *r = list; r; r = r->next_) {
+    if (r->status != 0) continue; /* failed on its own, outputs already discarded */
+    const sq_op *op = ops[r->op_];
+    settle(st, r, domain_status(-EIO, write ? op->not_durable : op->unavailable));
+  }
+}
+
+/* Every request of a list fails as unavailable, unrun: the store stopped (sqlite_sync.c). */
+static void fail_stopped(sq_store *st, qim_store_req *list, size_t n) {
+  for (qim_store_req *r = list; r; r = r->next_) {
+    r->error = (qim_error){0};
+    settle(st, r, domain_status(-EIO, ops[r->op_]->unavailable));
+  }
+  sq_post_batch(list, n);
 }
 
 /* ---- queues ------------------------------------------------------------------------------ */
@@ -510,6 +523,10 @@ static bool linger(sq_store *st, sq_conn *c, qim_store_req *tail, size_t *n, siz
 
 static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
   sq_conn *c = &st->wconn;
+  if (sq_sync_failed(st)) {
+    fail_stopped(st, list, n);
+    return;
+  }
   size_t ran = 0;
   bool ok = exec_cached(c, "BEGIN IMMEDIATE") == 0;
   qim_store_req *tail = NULL;
@@ -521,13 +538,16 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
   }
   if (ok && linger_wanted(st, n)) ok = linger(st, c, tail, &n, &ran);
   bool commit_failed = false;
+  uint64_t commit = 0;
   if (ok) {
     if (st->opt.before_commit) st->opt.before_commit(st->opt.hook_ctx);
     uint64_t t0 = sq_now_ns();
+    commit = sq_sync_commit_begin(st);
     if (exec_cached(c, "COMMIT") != 0) {
       commit_failed = true;
       ok = false;
     }
+    sq_sync_commit_end(st, commit);
     atomic_fetch_add_explicit(&st->stats.commit_ns, sq_now_ns() - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&st->stats.commits, 1, memory_order_relaxed);
   }
@@ -536,24 +556,27 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
     QIM_LOGE(NULL, "store.sqlite.batch_failed", "ops=%zu commit=%d msg=\"%s\"", n, commit_failed,
              sqlite3_errmsg(c->db));
     fail_batch(list, ran, commit_failed);
-  } else {
-    atomic_fetch_add(&st->stats.fsyncs, 1);
   }
   atomic_fetch_add(&st->stats.transactions, 1);
   atomic_fetch_add(&st->stats.operations, n);
   atomic_fetch_add(&st->stats.hist[hist_bucket(n)], 1);
   for (qim_store_req *r = list; r; r = r->next_) settle(st, r, r->status);
-  post_batch(list, n);
+  if (ok)
+    sq_sync_answer(st, list, n, commit, true);
+  else
+    sq_post_batch(list, n); /* nothing of it is visible: no sync to wait for */
 }
 
 /*
- * The writer's WAL hook, run after each commit: counts the pages the commit wrote and
- * hands the checkpoint policy the WAL's length (sqlite_checkpoint.c; it replaces SQLite's
- * own auto-checkpoint, which is this same hook copying inline every 1000 frames). The
- * idle TRUNCATE checkpoint still empties the WAL whenever writes pause.
+ * The writer's WAL hook, run inside each COMMIT once its frames are published: counts the
+ * pages the commit wrote and hands the checkpoint policy the WAL's length
+ * (sqlite_checkpoint.c; it replaces SQLite's own auto-checkpoint, which is this same hook
+ * copying inline every 1000 frames). The idle TRUNCATE checkpoint still empties the WAL
+ * whenever writes pause.
  */
 static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames) {
   sq_store *st = ctx;
+  sq_vfs_defer_syncs(false); /* a checkpoint from here syncs the WAL before it copies */
   uint64_t before = st->wal_frames;
   /* Fewer frames than last time: the WAL restarted from its beginning. */
   atomic_fetch_add(&st->stats.pages,
@@ -614,7 +637,8 @@ static void *writer_main(void *arg) {
 static void reader_run(sq_store *st, sq_conn *c, qim_store_req *r) {
   const sq_op *op = ops[r->op_];
   r->error = (qim_error){0};
-  int status = exec_cached(c, "BEGIN");
+  r->next_ = NULL;
+  int status = sq_sync_failed(st) ? -EIO : exec_cached(c, "BEGIN");
   if (status == 0) {
     uint64_t t0 = sq_now_ns();
     status = op->exec(c, r);
@@ -625,7 +649,7 @@ static void reader_run(sq_store *st, sq_conn *c, qim_store_req *r) {
   }
   atomic_fetch_add(&st->stats.reads, 1);
   settle(st, r, domain_status(status, op->unavailable));
-  post(r);
+  sq_sync_answer(st, r, 1, sq_sync_visible(st), false);
 }
 
 typedef struct reader_arg {
@@ -830,9 +854,12 @@ static void log_op_counts(sq_store *st) {
   }
   if (len)
     QIM_LOGI(NULL, "store.sqlite.op_counts",
-             "%s commit=%llu/%llu checkpoint=%llu/%llu bg_checkpoint=%llu/%llu lingered=%llu", text,
-             (unsigned long long)atomic_load(&st->stats.commits),
+             "%s commit=%llu/%llu sync=%llu/%llu checkpoint=%llu/%llu bg_checkpoint=%llu/%llu "
+             "lingered=%llu",
+             text, (unsigned long long)atomic_load(&st->stats.commits),
              (unsigned long long)(atomic_load(&st->stats.commit_ns) / 1000),
+             (unsigned long long)atomic_load(&st->stats.syncs),
+             (unsigned long long)(atomic_load(&st->stats.sync_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.checkpoints),
              (unsigned long long)(atomic_load(&st->stats.checkpoint_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.bg_checkpoints),
@@ -847,8 +874,9 @@ static void store_close(qim_store *s) {
   queue_close(&st->wq);
   queue_close(&st->rq);
   pthread_join(st->writer, NULL);
-  sq_ckpt_stop(st);
   for (uint32_t i = 0; i < st->reader_count; i++) pthread_join(st->readers[i], NULL);
+  sq_sync_stop(st); /* after every COMMIT and read: it answers what still waits */
+  sq_ckpt_stop(st);
   for (uint32_t i = 0; i < st->opt.reader_threads; i++) sq_conn_close(&st->rconns[i]);
   inline_close_all(st);
   pthread_mutex_destroy(&st->inline_mu);
@@ -877,6 +905,8 @@ static void store_stats(qim_store *s, qim_store_stats *out) {
       .checkpoints = atomic_load(&st->stats.checkpoints),
       .checkpoints_background = atomic_load(&st->stats.bg_checkpoints),
       .writebacks = atomic_load(&st->stats.writebacks),
+      .syncs = atomic_load(&st->stats.syncs),
+      .sync_waits = atomic_load(&st->stats.sync_waits),
   };
   for (int i = 0; i < 8; i++) out->batch_hist[i] = atomic_load(&st->stats.hist[i]);
 }
@@ -926,10 +956,11 @@ static void apply_defaults(qim_store_options *o) {
   if (!o->checkpoint_frames) o->checkpoint_frames = DEFAULT_CHECKPOINT_FRAMES;
 }
 
-/* Starts the checkpointer, the writer, then the readers; *writer_started tells the
- * failure path what to undo (open_fail stops a checkpointer either way). */
+/* Starts the syncer, the checkpointer, the writer, then the readers; *writer_started
+ * tells the failure path what to undo (open_fail stops the first two either way). */
 static int start_threads(sq_store *st, bool *writer_started) {
-  int rc = sq_ckpt_start(st);
+  int rc = sq_sync_start(st);
+  if (rc == 0) rc = sq_ckpt_start(st);
   if (rc) return rc;
   rc = pthread_create(&st->writer, NULL, writer_main, st);
   if (rc) return -rc;
@@ -954,6 +985,7 @@ static void open_fail(sq_store *st, bool threads) {
     store_close(&st->base);
     return;
   }
+  sq_sync_stop(st);
   sq_ckpt_stop(st);
   for (uint32_t i = 0; st->rconns && i < st->opt.reader_threads; i++) sq_conn_close(&st->rconns[i]);
   sq_conn_close(&st->wconn);

@@ -134,6 +134,30 @@ typedef struct sq_ckpt {
   bool inited, started, wb_started;
 } sq_ckpt;
 
+/* Completions waiting for the sync that makes what they saw durable (sqlite_sync.c). */
+typedef struct sq_sync_wait {
+  struct sq_sync_wait *next;
+  qim_store_req *list; /* linked through next_ */
+  size_t n;
+  uint64_t commit; /* answered once this COMMIT is durable */
+  bool write;      /* a writer batch (or else one read) */
+} sq_sync_wait;
+
+/* The syncer: COMMITs return once their frames are written, and it makes them durable. */
+typedef struct sq_sync {
+  bool on;           /* false: COMMITs sync themselves (no handle could be opened) */
+  sqlite3_file *wal; /* its own handle on the WAL file */
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv, room;  /* work for the syncer; the writer waiting to be less far ahead */
+  _Atomic uint64_t begun;   /* COMMITs begun, numbered 1, 2, ... by the writer */
+  _Atomic uint64_t durable; /* every COMMIT up to this one is durable (written under mu) */
+  uint64_t written;         /* under mu: COMMITs that returned */
+  _Atomic bool failed;      /* a sync failed: the store stops (fail-stop) */
+  bool closing, inited, started;
+  sq_sync_wait *head, *tail;
+} sq_sync;
+
 struct sq_store {
   qim_store base;
   qim_store_options opt;
@@ -155,6 +179,7 @@ struct sq_store {
   bool erase_pending;   /* writer only: content erased since the WAL was last truncated */
   uint64_t truncate_at; /* writer only: when to truncate it even under load (ms) */
   sq_ckpt ckpt;
+  sq_sync sync;
   uint32_t linger_gain, linger_skipped; /* writer thread only: see linger() in sqlite.c */
   struct {
     _Atomic uint64_t operations, transactions, fsyncs, failed, rejected, reads, pages;
@@ -167,6 +192,8 @@ struct sq_store {
     _Atomic uint64_t checkpoint_ns, checkpoints; /* the writer's busy checkpoints, wall time */
     _Atomic uint64_t bg_checkpoint_ns, bg_checkpoints; /* the checkpointer's passes */
     _Atomic uint64_t writebacks;                       /* write-outs started during them */
+    _Atomic uint64_t syncs, sync_ns;                   /* the syncer's WAL syncs, wall time */
+    _Atomic uint64_t sync_waits;                       /* completions that waited for one */
   } stats;
 };
 
@@ -202,6 +229,36 @@ void sq_ckpt_stop(sq_store *st);
  * asks for a round, copies the remainder after one, or checkpoints itself when the WAL
  * has grown too long. */
 void sq_ckpt_after_commit(sq_store *st, sqlite3 *db, const char *name, int frames);
+
+/* ---- sqlite_sync.c: durability after the COMMIT ------------------------------------- */
+
+/* Opens the syncer's WAL handle and starts its thread; without a handle COMMITs keep
+ * syncing themselves (sync.on false). sq_sync_stop makes everything written durable,
+ * answers what waited, and stops. */
+int sq_sync_start(sq_store *st);
+void sq_sync_stop(sq_store *st);
+/* The writer, around each COMMIT: begin numbers it and turns the WAL shim's deferral on
+ * (first waiting while the writer is too far ahead of the disk); end records that it
+ * returned, with or without success. sq_vfs_defer_syncs(false) in between, from the WAL
+ * hook, keeps the checkpoints a COMMIT runs there synced as SQLite does them. */
+uint64_t sq_sync_commit_begin(sq_store *st);
+void sq_sync_commit_end(sq_store *st, uint64_t commit);
+/* Completions, settled: posted once COMMIT `commit` is durable (at once if it is). On a
+ * failed sync they are failed instead (sq_fail_unsynced). */
+void sq_sync_answer(sq_store *st, qim_store_req *list, size_t n, uint64_t commit, bool write);
+/* The COMMIT a read that has just ended may have seen: the last one begun. */
+static inline uint64_t sq_sync_visible(sq_store *st) {
+  return atomic_load(&st->sync.begun);
+}
+/* A sync failed: every operation fails from then on; reopen the store to go on. */
+static inline bool sq_sync_failed(sq_store *st) {
+  return atomic_load_explicit(&st->sync.failed, memory_order_acquire);
+}
+
+/* sqlite.c, for the syncer: posts settled completions (one wake per queue), and fails a
+ * list whose durability was not confirmed. */
+void sq_post_batch(qim_store_req *list, size_t n);
+void sq_fail_unsynced(sq_store *st, qim_store_req *list, bool write);
 
 /* A cached statement for `sql` (a string literal: the cache is keyed by its address),
  * reset and unbound, or NULL (then sq_last_error gives the status). The statement is
@@ -305,6 +362,13 @@ int sq_member_read_up_to(sq_conn *c, qim_tenant_id t, qim_conversation_id conv, 
  * top of VFS `base` (NULL: the default), registering it on first use; `base` itself when
  * that is not possible. */
 const char *sq_vfs_wal_gather(const char *base);
+/* While on, this thread's WAL syncs write the shim's buffer out but leave the fdatasync to
+ * the store's syncer. */
+void sq_vfs_defer_syncs(bool on);
+/* A handle of its own on the (existing) WAL file of connection `db`, through the VFS under
+ * the shim, for the syncer: SQLITE_OK or an SQLite error. */
+int sq_vfs_sync_open(sqlite3 *db, sqlite3_file **out);
+void sq_vfs_sync_close(sqlite3_file *f);
 
 /* sqlite_schema.c: fills the fields of `shards` left 0 from the database's own layout,
  * or with QIM_STORE_DEFAULT_* when it has none yet (a new file). */

@@ -19,8 +19,14 @@
  * frames still held here. Files other than WAL files get the real VFS's methods
  * untouched.
  *
+ * Deferred syncs (sqlite_sync.c). While a thread has deferral on (the writer, around its
+ * COMMIT), a WAL sync there writes the buffer out and returns without the fdatasync: the
+ * frames are in the page cache when SQLite then publishes them in the wal-index, and the
+ * store's syncer makes them durable through a handle of its own (sq_vfs_sync_open), opened
+ * on the VFS underneath, before anything that could have seen them is acknowledged.
+ *
  * One shim is registered per underlying VFS ("qim-wal+<name>"), so a test's own default
- * VFS (fault injection) keeps working underneath.
+ * VFS (fault injection) keeps working underneath, for the syncer's handle too.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -95,10 +101,17 @@ static int wal_truncate(sqlite3_file *pf, sqlite3_int64 size) {
   return rc != SQLITE_OK ? rc : f->real->pMethods->xTruncate(f->real, size);
 }
 
+static _Thread_local bool defer_syncs;
+
+void sq_vfs_defer_syncs(bool on) {
+  defer_syncs = on;
+}
+
 static int wal_sync(sqlite3_file *pf, int flags) {
   wal_file *f = (wal_file *)pf;
   int rc = wal_flush(f);
-  return rc != SQLITE_OK ? rc : f->real->pMethods->xSync(f->real, flags);
+  if (rc != SQLITE_OK || defer_syncs) return rc;
+  return f->real->pMethods->xSync(f->real, flags);
 }
 
 static int wal_size(sqlite3_file *pf, sqlite3_int64 *out) {
@@ -218,4 +231,42 @@ const char *sq_vfs_wal_gather(const char *base) {
   }
   pthread_mutex_unlock(&shim_mu);
   return name ? name : base; /* no slot left: the real VFS, unbuffered */
+}
+
+/* The VFS under shim `name`, or VFS `name` itself when it is no shim. */
+static sqlite3_vfs *underneath(const char *name) {
+  sqlite3_vfs *v = sqlite3_vfs_find(name);
+  pthread_mutex_lock(&shim_mu);
+  for (size_t i = 0; v && i < shim_count; i++)
+    if (v == &shims[i].vfs) v = VREAL(v);
+  pthread_mutex_unlock(&shim_mu);
+  return v;
+}
+
+/* The WAL file of connection `db` opened again, on the VFS under the shim: SQLite takes no locks on WAL
+ * files, so this handle is a plain descriptor of the same file, and closing it releases
+ * nothing of the connections'. */
+int sq_vfs_sync_open(sqlite3 *db, sqlite3_file **out) {
+  *out = NULL;
+  sqlite3_vfs *conn_vfs = NULL;
+  sqlite3_file_control(db, "main", SQLITE_FCNTL_VFS_POINTER, &conn_vfs);
+  const char *wal_path = sqlite3_filename_wal(sqlite3_db_filename(db, "main"));
+  sqlite3_vfs *v = conn_vfs ? underneath(conn_vfs->zName) : NULL;
+  if (!v || !wal_path) return SQLITE_ERROR;
+  sqlite3_file *f = qim_calloc(1, (size_t)v->szOsFile);
+  int got = 0;
+  int rc = v->xOpen(v, wal_path, f, SQLITE_OPEN_READWRITE | SQLITE_OPEN_WAL, &got);
+  if (rc != SQLITE_OK || !f->pMethods) {
+    if (f->pMethods) f->pMethods->xClose(f);
+    qim_free(f);
+    return rc != SQLITE_OK ? rc : SQLITE_CANTOPEN;
+  }
+  *out = f;
+  return SQLITE_OK;
+}
+
+void sq_vfs_sync_close(sqlite3_file *f) {
+  if (!f) return;
+  f->pMethods->xClose(f);
+  qim_free(f);
 }

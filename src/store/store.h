@@ -37,7 +37,8 @@
  * keys of ONE slot — a conversation ({conv} hash tag), a log stream, a user's mailbox
  * or a (shard, lane) — except where a call says "atomic where the backend can" (then it
  * is correct by idempotence and ordering alone). Durability: a completed write is
- * durable (sqlite: synchronous=FULL commit; redis: appendfsync always / WAIT).
+ * durable, and so is everything a completed read saw (sqlite: the syncer's WAL sync after the
+ * COMMIT, sqlite_sync.c; redis: appendfsync always / WAIT).
  */
 #ifndef QIM_STORE_H
 #define QIM_STORE_H
@@ -692,7 +693,7 @@ static inline void qim_store_close(qim_store *s) { if (s) s->vt->close(s); }
 struct qim_store_stats {
   uint64_t operations;            /* write operations executed (each in a transaction) */
   uint64_t transactions;          /* write transactions (batches) attempted */
-  uint64_t fsyncs;                /* durable commits (sqlite: COMMIT under synchronous=FULL) */
+  uint64_t fsyncs;                /* durable commits (sqlite: COMMITs the syncer confirmed) */
   uint64_t failed_operations;     /* write operations completed with a non-zero status */
   uint64_t rejected_backpressure; /* submissions refused with -EAGAIN (queue full) */
   uint64_t reads;                 /* read operations executed */
@@ -703,6 +704,9 @@ struct qim_store_stats {
   uint64_t checkpoints;           /* sqlite: checkpoints on the writer's own thread (stalls) */
   uint64_t checkpoints_background; /* sqlite: passes of the background checkpointer */
   uint64_t writebacks;            /* sqlite: write-outs of the database file started during them */
+  uint64_t syncs;                 /* sqlite: the syncer's WAL syncs (each covers every COMMIT
+                                     written before it) */
+  uint64_t sync_waits;            /* sqlite: completions held back until one of those */
   uint64_t batch_hist[8]; /* batches of size 1, 2-3, 4-7, 8-15, 16-63, 64-255, 256-1023, 1024+ */
 };
 void qim_store_get_stats(qim_store *s, qim_store_stats *out);

@@ -62,7 +62,8 @@ test('stats: the store counters move with the writes a group creation makes; no 
   assert.equal((await get(null)).status, 401);
   const before = JSON.parse((await get(SERVICE_TOKEN)).body).store;
   for (const k of ['operations', 'transactions', 'fsyncs', 'reads', 'reads_inline', 'pages_written',
-    'lingers', 'lingered', 'rejected_backpressure', 'checkpoints', 'checkpoints_background']) {
+    'lingers', 'lingered', 'rejected_backpressure', 'checkpoints', 'checkpoints_background', 'syncs',
+    'sync_waits']) {
     assert.equal(typeof before[k], 'number', `store.${k} is a number`);
   }
   const owner = await rawUser(ctx, 'statsown');
@@ -72,6 +73,7 @@ test('stats: the store counters move with the writes a group creation makes; no 
   assert.ok(after.operations > before.operations, 'the creation wrote through the store');
   assert.ok(after.transactions > before.transactions && after.fsyncs > before.fsyncs);
   assert.ok(after.pages_written > before.pages_written);
+  assert.ok(after.syncs > before.syncs, 'the syncer made the creation durable');
 });
 
 test('group routes: no service token 401, a wrong one 403, both InternalIdentityRequired; nothing is created', async (ctx) => {

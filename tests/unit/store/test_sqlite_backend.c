@@ -82,8 +82,11 @@ static void test_group_commit_batches_concurrent_submitters(void **state) {
   assert_int_equal(st.operations, SUBMITTERS * PER_SUBMITTER);
   assert_int_equal(st.fsyncs, st.transactions);
   assert_true(st.pages_written >= st.transactions); /* every commit wrote at least a page */
-  /* At most one transaction per 8 operations. */
-  assert_true(st.transactions * 8 <= st.operations);
+  /* At most one sync per 8 operations: one covers every COMMIT written before it. */
+  assert_true(st.syncs * 8 <= st.operations);
+  /* The writer commits the next batch while one syncs, so its batches are smaller; they
+   * still group (64 submitters: 69-196 transactions for 2,560 operations here). */
+  assert_true(st.transactions * 2 <= st.operations);
   assert_int_equal(outbox_count(s), SUBMITTERS * PER_SUBMITTER);
   qim_store_close(s);
   qim_test_rmtree(dir);

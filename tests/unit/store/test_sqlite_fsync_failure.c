@@ -1,23 +1,39 @@
 /*
- * test_sqlite_fsync_failure.c — a COMMIT whose fsync fails: every operation of the batch
- * fails ("durability not confirmed"), none is reported done, nothing of it is visible, and
- * the store carries on once the disk recovers.
+ * test_sqlite_fsync_failure.c — the syncer's WAL sync (src/store/sqlite_sync.c), which
+ * makes the writer's COMMITs durable after they return:
+ * - nothing a COMMIT wrote is answered, to its writers or to a read that could see it,
+ *   before the sync that covers it; the writer goes on committing meanwhile;
+ * - a failed sync fails every operation of the batch ("durability not confirmed"), none
+ *   is reported done, the store stops (every later operation fails), and a reopened
+ *   store works again.
  *
- * The failure is injected with the pass-through VFS of pass_vfs.h, registered as the
- * default before the store opens: it fails xSync on the WAL file while `fail_sync` is set.
+ * The sync is held or failed with the pass-through VFS of pass_vfs.h, registered as the
+ * default before the store opens: the syncer's handle on the WAL is opened through it.
  */
 #include <sqlite3.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "pass_vfs.h"
 #include "store_fixture.h"
 
 /* ---- the fault: the pass-through VFS fails WAL syncs while fail_sync is set ---------------- */
 
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
 static atomic_int fail_sync;
 static atomic_int failed_syncs;
+static atomic_int hold_sync; /* set: WAL syncs wait until it is cleared */
+static atomic_int held_syncs;
 
 static int sync_hook(void) {
+  if (atomic_load(&hold_sync)) {
+    atomic_fetch_add(&held_syncs, 1);
+    while (atomic_load(&hold_sync)) sleep_ms(1);
+  }
   if (!atomic_load(&fail_sync)) return SQLITE_OK;
   atomic_fetch_add(&failed_syncs, 1);
   return SQLITE_IOERR_FSYNC;
@@ -28,7 +44,17 @@ static int shim_install(void **state) {
   return pass_vfs_install(state);
 }
 
-/* ---- the test ---------------------------------------------------------------------------- */
+/* ---- the tests --------------------------------------------------------------------------- */
+
+/* One change to the members of group 1. */
+static qim_store_members_change_req members_change(qim_store_member_change *ch) {
+  qim_store_members_change_req r = {0};
+  r.tenant_id = fx_tenant();
+  r.conversation_id = fx_conv(1);
+  r.changes = ch;
+  r.change_count = 1;
+  return r;
+}
 
 static void test_failed_commit_fsync_fails_the_whole_batch(void **state) {
   (void)state;
@@ -49,11 +75,7 @@ static void test_failed_commit_fsync_fails_the_whole_batch(void **state) {
   qim_store_log_append_req append = {.appends = &a, .append_count = 1};
   qim_store_member_change ch = {QIM_STORE_MEMBER_ADD, fx_user(2), QIM_GROUP_ROLE_MEMBER, 0x2F,
                                 0x2F};
-  qim_store_members_change_req members = {0};
-  members.tenant_id = fx_tenant();
-  members.conversation_id = fx_conv(1);
-  members.changes = &ch;
-  members.change_count = 1;
+  qim_store_members_change_req members = members_change(&ch);
   fx_async(&append.req, cq, &done);
   fx_async(&members.req, cq, &done);
 
@@ -73,16 +95,27 @@ static void test_failed_commit_fsync_fails_the_whole_batch(void **state) {
   qim_store_get_stats(s, &st);
   assert_int_equal(st.failed_operations, 2);
 
-  /* Nothing of the failed batches is visible, and the store works again. */
+  /* The store has stopped: writes and reads fail, though the disk works again. */
+  a.key[0] = 2;
+  assert_int_equal(QIM_STORE_SYNC(s, logs.append, &append), QIM_E_COMMIT_LOG_UNAVAILABLE);
   qim_store_member_get_req mg = {0};
   mg.tenant_id = fx_tenant();
   mg.conversation_id = fx_conv(1);
   mg.user_id = fx_user(2);
-  assert_int_equal(QIM_STORE_SYNC(s, conversations.member_get, &mg), -ENOENT);
-  a.key[0] = 2;
+  assert_int_equal(QIM_STORE_SYNC(s, conversations.member_get, &mg), QIM_E_GROUP_UNAVAILABLE);
+  qim_store_close(s);
+
+  /* Reopened, it works again. (What failed unconfirmed may or may not be there: the
+   * kernel still held its pages.) */
+  o = fx_options();
+  s = fx_open(dir, NULL, &o);
+  a.key[0] = 3;
   assert_int_equal(QIM_STORE_SYNC(s, logs.append, &append), 0);
-  assert_int_equal(a.out_position.offset, 1);
+  ch.user_id = fx_user(3);
   assert_int_equal(QIM_STORE_SYNC(s, conversations.members_change, &members), 0);
+  mg.user_id = fx_user(3);
+  assert_int_equal(QIM_STORE_SYNC(s, conversations.member_get, &mg), 0);
+  qim_store_member_free(&mg.out);
 
   qim_store_close(s);
   qim_cq_free(cq);
@@ -90,9 +123,73 @@ static void test_failed_commit_fsync_fails_the_whole_batch(void **state) {
   qim_test_rmtree(dir);
 }
 
+/* Waits until `n` completions ran on `cq` or `ms` passed; the count reached. */
+static int completions_within(qim_cq *cq, int *done, int n, int ms) {
+  for (int t = 0; *done < n && t < ms; t += 10) qim_cq_wait(cq, 10);
+  return *done;
+}
+
+static void test_nothing_is_answered_before_the_sync_that_covers_it(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-sync-hold");
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  fx_create_group(s, 1, 1);
+  qim_cq *cq;
+  assert_int_equal(qim_cq_new_blocking(&cq), 0);
+  int done = 0;
+  qim_store_stats before;
+  qim_store_get_stats(s, &before);
+
+  atomic_store(&hold_sync, 1);
+  qim_store_member_change ch = {QIM_STORE_MEMBER_ADD, fx_user(2), QIM_GROUP_ROLE_MEMBER, 0x2F,
+                                0x2F};
+  qim_store_members_change_req members = members_change(&ch);
+  fx_async(&members.req, cq, &done);
+  assert_int_equal(s->vt->conversations.members_change(s, &members), 0);
+  /* Its COMMIT returns and the writer takes the next batch, while the sync is held. */
+  while (!atomic_load(&held_syncs)) sleep_ms(1);
+  qim_store_log_append a = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .payload = {(uint8_t *)"a", 1}};
+  a.key[0] = 1;
+  qim_store_log_append_req append = {.appends = &a, .append_count = 1};
+  fx_async(&append.req, cq, &done);
+  assert_int_equal(s->vt->logs.append(s, &append), 0);
+  qim_store_member_get_req mg = {0};
+  mg.tenant_id = fx_tenant();
+  mg.conversation_id = fx_conv(1);
+  mg.user_id = fx_user(2);
+  fx_async(&mg.req, cq, &done);
+  assert_int_equal(s->vt->conversations.member_get(s, &mg), 0);
+  qim_store_stats mid;
+  for (int t = 0; t < 2000; t++) {
+    qim_store_get_stats(s, &mid);
+    if (mid.transactions - before.transactions >= 2) break;
+    sleep_ms(1);
+  }
+  assert_int_equal(mid.transactions - before.transactions, 2);
+  assert_int_equal(completions_within(cq, &done, 1, 100), 0); /* nothing answered */
+
+  atomic_store(&hold_sync, 0);
+  assert_int_equal(completions_within(cq, &done, 3, 5000), 3);
+  assert_int_equal(members.req.status, 0);
+  assert_int_equal(append.req.status, 0);
+  assert_int_equal(mg.req.status, 0); /* the read saw the change, answered once durable */
+  assert_int_equal(mg.out.role, QIM_GROUP_ROLE_MEMBER);
+  qim_store_member_free(&mg.out);
+  qim_store_stats after;
+  qim_store_get_stats(s, &after);
+  assert_true(after.sync_waits - before.sync_waits >= 3);
+  assert_int_equal(after.fsyncs - before.fsyncs, 2);
+
+  qim_store_close(s);
+  qim_cq_free(cq);
+  qim_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_failed_commit_fsync_fails_the_whole_batch),
+      cmocka_unit_test(test_nothing_is_answered_before_the_sync_that_covers_it),
   };
   return cmocka_run_group_tests(tests, shim_install, pass_vfs_remove);
 }
