@@ -145,7 +145,7 @@ typedef struct sq_sync_wait {
 
 /* The syncer: COMMITs return once their frames are written, and it makes them durable. */
 typedef struct sq_sync {
-  bool on;           /* false: COMMITs sync themselves (no handle could be opened) */
+  bool on;           /* the thread runs; false: COMMITs sync themselves (no handle) */
   sqlite3_file *wal; /* its own handle on the WAL file */
   pthread_t thread;
   pthread_mutex_t mu;
@@ -154,7 +154,7 @@ typedef struct sq_sync {
   _Atomic uint64_t durable; /* every COMMIT up to this one is durable (written under mu) */
   uint64_t written;         /* under mu: COMMITs that returned */
   _Atomic bool failed;      /* a sync failed: the store stops (fail-stop) */
-  bool closing, inited, started;
+  bool closing, inited;
   sq_sync_wait *head, *tail;
 } sq_sync;
 

@@ -134,7 +134,7 @@ int sq_sync_start(sq_store *st) {
     y->wal = NULL;
     return -rc;
   }
-  y->started = y->on = true;
+  y->on = true;
   return 0;
 }
 
@@ -143,7 +143,7 @@ int sq_sync_start(sq_store *st) {
 void sq_sync_stop(sq_store *st) {
   sq_sync *y = &st->sync;
   if (!y->inited) return;
-  if (y->started) {
+  if (y->on) {
     pthread_mutex_lock(&y->mu);
     y->closing = true;
     pthread_cond_signal(&y->cv);
@@ -159,13 +159,13 @@ void sq_sync_stop(sq_store *st) {
   pthread_cond_destroy(&y->room);
   pthread_cond_destroy(&y->cv);
   pthread_mutex_destroy(&y->mu);
-  y->inited = y->started = y->on = false;
+  y->inited = y->on = false;
 }
 
 uint64_t sq_sync_commit_begin(sq_store *st) {
   sq_sync *y = &st->sync;
-  uint64_t commit = atomic_load(&y->begun) + 1; /* only the writer counts */
-  if (y->on && commit - 1 - atomic_load(&y->durable) >= AHEAD_MAX) {
+  uint64_t commit = atomic_load(&y->begun) + 1; /* only the writer counts, and writes `written` */
+  if (y->on && y->written - atomic_load(&y->durable) >= AHEAD_MAX) {
     pthread_mutex_lock(&y->mu);
     while (y->written - atomic_load(&y->durable) >= AHEAD_MAX && !sq_sync_failed(st))
       pthread_cond_wait(&y->room, &y->mu);
@@ -178,11 +178,7 @@ uint64_t sq_sync_commit_begin(sq_store *st) {
 
 void sq_sync_commit_end(sq_store *st, uint64_t commit) {
   sq_sync *y = &st->sync;
-  if (!y->on) { /* the COMMIT synced itself */
-    y->written = commit;
-    atomic_store(&y->durable, commit);
-    return;
-  }
+  if (!y->on) return; /* the COMMIT synced itself; sq_sync_answer waits for nothing */
   sq_vfs_defer_syncs(false);
   pthread_mutex_lock(&y->mu);
   y->written = commit;

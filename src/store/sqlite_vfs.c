@@ -238,7 +238,10 @@ static sqlite3_vfs *underneath(const char *name) {
   sqlite3_vfs *v = sqlite3_vfs_find(name);
   pthread_mutex_lock(&shim_mu);
   for (size_t i = 0; v && i < shim_count; i++)
-    if (v == &shims[i].vfs) v = VREAL(v);
+    if (v == &shims[i].vfs) {
+      v = VREAL(v);
+      break;
+    }
   pthread_mutex_unlock(&shim_mu);
   return v;
 }
