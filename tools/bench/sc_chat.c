@@ -356,7 +356,12 @@ static void start_senders(chat *ch) {
 }
 
 static void start_phase(chat *ch, int phase) {
+  static const char *names[] = {"connect", "create", "join", "quiet", "run", "drain", "done"};
   ch->phase = phase;
+  /* Progress on stderr (stdout holds the report): lets a profiler start with the run phase. */
+  if (!ch->o->quiet)
+    fprintf(stderr, "qim-bench: phase %s at %.1f s\n", names[phase],
+            (double)(qim_bench_now_us() - ch->run.t0_us) / 1e6);
   uint32_t limit = ch->o->concurrency;
   switch (phase) {
     case PH_CONNECT:
