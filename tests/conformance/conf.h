@@ -166,7 +166,7 @@ json_t *conf_json_u64(uint64_t v);
 json_t *conf_json_u128(qim_u128 v);
 json_t *conf_json_id16(const uint8_t b[16]);
 json_t *conf_json_bytes(const qim_bytes *b);
-json_t *conf_json_text(const char *s);      /* a *_json string: parsed back, or the string */
+json_t *conf_json_text(const char *s);      /* a *_json string: its canonical value, or the string */
 json_t *conf_json_str(const char *s);       /* NULL → null */
 json_t *conf_json_mode(uint32_t mode);
 json_t *conf_json_stream(qim_log_stream s);

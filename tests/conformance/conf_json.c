@@ -331,10 +331,20 @@ json_t *conf_json_bytes(const qim_bytes *b) {
   return o;
 }
 
+/* The parsed value only when conf_get_json_text would give the same text back (a
+ * value other than a string or null, in its canonical form); any other text (a JSON
+ * string literal, "null", other spacing) stays the exact string: decode(encode(t)) is t. */
 json_t *conf_json_text(const char *s) {
   if (!s) return must(json_null());
   json_t *v = json_loads(s, JSON_DECODE_ANY, NULL);
-  return v ? v : must(json_string(s));
+  if (v && !json_is_string(v) && !json_is_null(v)) {
+    char *canon = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    bool same = canon && strcmp(canon, s) == 0;
+    free(canon);
+    if (same) return v;
+  }
+  json_decref(v);
+  return must(json_string(s));
 }
 
 json_t *conf_json_str(const char *s) { return s ? must(json_string(s)) : must(json_null()); }
