@@ -198,6 +198,8 @@ static void loop_shutdown(net_loop *l) {
   abort_list(&l->handshake, QIM_WS_CLOSE_ABNORMAL, false);
   abort_list(&l->open, QIM_WS_CLOSE_GOING_AWAY, true);
   abort_list(&l->closing, 0, false);
+  uv_close((uv_handle_t *)&l->flush_check, NULL); /* every connection is uncorked by now */
+  uv_close((uv_handle_t *)&l->flush_idle, NULL);
   uv_mutex_lock(&l->mu);
   l->closed = true; /* no thread may touch the async handle from now on */
   for (unsigned i = 0; i < l->count; i++) qim_ws_frame_unref(l->items[i].frame);
@@ -335,6 +337,7 @@ static int loop_init(qim_net *net, net_loop *l, unsigned index) {
   l->spare = qim_malloc(net->cfg.inbox_capacity * sizeof *l->spare);
   l->readbuf = qim_malloc(READBUF_SIZE);
   l->wakeup.data = l;
+  qim__net_conn_cork_init(l);
   uv_timer_init(&l->uv, &l->sweep);
   l->sweep.data = l;
   uint64_t period = sweep_period(&net->cfg);
@@ -575,6 +578,7 @@ static void add_stats(const loop_stats *s, qim_net_stats *o) {
   o->protocol_errors += LOAD(protocol_errors);
   o->sends_dropped += LOAD(sends_dropped);
   o->inbox_full += LOAD(inbox_full);
+  o->writes += LOAD(writes);
 }
 
 void qim_net_stats_get(const qim_net *net, qim_net_stats *out) {

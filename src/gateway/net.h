@@ -143,6 +143,7 @@ typedef struct qim_net_stats {
   uint64_t protocol_errors; /* closed with 1002/1007/1009/1011 */
   uint64_t sends_dropped;   /* cross-thread sends to connections already gone */
   uint64_t inbox_full;      /* cross-thread requests refused with -EAGAIN */
+  uint64_t writes;          /* write system calls offering output (frames corked together) */
 } qim_net_stats;
 
 /*

@@ -11,9 +11,16 @@
  * After a close handshake completes (both close frames exchanged) we close at once,
  * as RFC 6455 §7.1.1 asks of a server.
  *
- * Writes: when nothing is pending, a frame goes straight to uv_try_write; whatever the
- * kernel does not take is queued (a reference to the shared frame, no copy) and
- * written by one uv_write at a time, up to WRITE_BATCH frames per call.
+ * Writes are corked for the rest of the loop iteration: a frame for a connection with
+ * nothing in flight is queued (a reference to the shared frame, no copy) and the
+ * connection joins the loop's dirty list; after the poll phase's callbacks the loop's
+ * check handle offers each dirty connection's frames to the kernel in one writev
+ * (uv_try_write), up to WRITE_BATCH frames. A push batch of k messages for one member,
+ * or an answer and the deliveries that follow it, so costs one system call instead of k
+ * (and one wake-up of the peer). Whatever the kernel does not take is written by one
+ * uv_write at a time, WRITE_BATCH frames per call. A connection whose cork reaches
+ * WRITE_BATCH frames or CORK_BYTES is written at once. Only frames the kernel refused
+ * count against max_out_bytes / max_out_frames, as before corking.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -26,11 +33,15 @@
 
 #define READBUF_SIZE (64 * 1024)
 #define WRITE_BATCH 16
+#define CORK_BYTES (64 * 1024)
 
 typedef struct conn_write {
   uv_write_t req;
   unsigned nbufs;
 } conn_write;
+
+static void uncork(qim_conn *c);
+static int offer(qim_conn *c);
 
 static const char apikey_body[] = "{\"ctrl\":{\"code\":403,\"text\":\"valid API key required\"}}";
 static const char iplimit_body[] =
@@ -77,6 +88,10 @@ static void on_closed(uv_handle_t *h) {
 
 void qim__net_conn_abort(qim_conn *c, uint16_t code, bool try_close_frame) {
   if (c->state == CS_DEAD) return;
+  if (c->dirty) {
+    uncork(c);
+    if (try_close_frame && !c->wreq) (void)offer(c); /* best effort, as the close frame */
+  }
   if (c->state != CS_CLOSING) c->close_code = code; /* a close handshake keeps its code */
   if (try_close_frame && c->state == CS_OPEN && !c->out_head) {
     /* Best effort only: the peer is idle or we are shutting down. */
@@ -153,6 +168,27 @@ static void peer_close(qim_conn *c, const uint8_t *d, size_t n) {
 
 static void start_write(qim_conn *c);
 
+/* Drops `n` written bytes from the head of the queue. */
+static void drop_written(qim_conn *c, size_t n) {
+  c->out_bytes -= n;
+  STAT_ADD(c->loop, bytes_out, n);
+  while (n) {
+    out_node *o = c->out_head;
+    size_t left = qim_ws_frame_size(o->frame) - c->out_off;
+    if (n < left) {
+      c->out_off += n;
+      return;
+    }
+    n -= left;
+    c->out_off = 0;
+    c->out_head = o->next;
+    c->out_frames--;
+    qim_ws_frame_unref(o->frame);
+    qim_free(o);
+  }
+  if (!c->out_head) c->out_tail = NULL;
+}
+
 static void on_written(uv_write_t *req, int status) {
   conn_write *w = (conn_write *)req;
   qim_conn *c = req->data;
@@ -162,19 +198,11 @@ static void on_written(uv_write_t *req, int status) {
     qim__net_conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
     return;
   }
-  size_t written = 0;
-  for (unsigned i = 0; i < w->nbufs; i++) {
-    out_node *n = c->out_head;
-    written += qim_ws_frame_size(n->frame) - c->out_off;
-    c->out_off = 0;
-    c->out_head = n->next;
-    c->out_frames--;
-    qim_ws_frame_unref(n->frame);
-    qim_free(n);
-  }
-  if (!c->out_head) c->out_tail = NULL;
-  c->out_bytes -= written;
-  STAT_ADD(c->loop, bytes_out, written);
+  size_t written = 0, off = c->out_off;
+  out_node *n = c->out_head;
+  for (unsigned i = 0; i < w->nbufs; i++, n = n->next, off = 0)
+    written += qim_ws_frame_size(n->frame) - off;
+  drop_written(c, written);
   if (c->out_head) {
     start_write(c);
     return;
@@ -184,10 +212,8 @@ static void on_written(uv_write_t *req, int status) {
   if (c->after_flush) flushed(c);
 }
 
-static void start_write(qim_conn *c) {
-  if (!c->wreq) c->wreq = qim_malloc(sizeof *c->wreq);
-  conn_write *w = c->wreq;
-  uv_buf_t bufs[WRITE_BATCH];
+/* The first WRITE_BATCH queued frames (the head's unwritten part) as buffers; their count. */
+static unsigned queued_bufs(const qim_conn *c, uv_buf_t bufs[WRITE_BATCH]) {
   unsigned n = 0;
   size_t off = c->out_off;
   for (out_node *o = c->out_head; o && n < WRITE_BATCH; o = o->next, n++) {
@@ -195,8 +221,17 @@ static void start_write(qim_conn *c) {
                           (unsigned)(qim_ws_frame_size(o->frame) - off));
     off = 0;
   }
+  return n;
+}
+
+static void start_write(qim_conn *c) {
+  if (!c->wreq) c->wreq = qim_malloc(sizeof *c->wreq);
+  conn_write *w = c->wreq;
+  uv_buf_t bufs[WRITE_BATCH];
+  unsigned n = queued_bufs(c, bufs);
   w->nbufs = n;
   w->req.data = c;
+  STAT_ADD(c->loop, writes, 1);
   if (uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, n, on_written) != 0) {
     c->wreq = NULL;
     qim_free(w);
@@ -204,38 +239,109 @@ static void start_write(qim_conn *c) {
   }
 }
 
-/* Straight to the kernel when nothing is pending; returns bytes taken or -1 to give up. */
-static ssize_t try_direct(qim_conn *c, qim_ws_frame *f) {
-  if (c->out_head || c->wreq) return 0;
-  uv_buf_t b = uv_buf_init((char *)qim_ws_frame_bytes(f), (unsigned)qim_ws_frame_size(f));
-  int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-  if (n == UV_EAGAIN) return 0;
-  if (n < 0) return -1;
-  STAT_ADD(c->loop, bytes_out, (uint64_t)n);
-  return n;
+/* Offers up to WRITE_BATCH queued frames to the kernel in one writev (nothing in flight);
+ * drops what it took. 0, or the write's error. */
+static int offer(qim_conn *c) {
+  uv_buf_t bufs[WRITE_BATCH];
+  unsigned n = queued_bufs(c, bufs);
+  STAT_ADD(c->loop, writes, 1); /* before the call: its reader may look at once */
+  int w = uv_try_write((uv_stream_t *)&c->tcp, bufs, n);
+  if (w == UV_EAGAIN) return 0;
+  if (w < 0) return w;
+  drop_written(c, (size_t)w);
+  return 0;
+}
+
+/* A corked connection's frames, offered; what the kernel refuses goes out by uv_write.
+ * May abort the connection (a failed write) or finish its close. */
+static void flush_one(qim_conn *c) {
+  c->dirty = false;
+  c->cork_bytes = 0;
+  c->cork_frames = 0;
+  if (c->state == CS_DEAD || c->wreq || !c->out_head) return;
+  if (offer(c) < 0) {
+    qim__net_conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
+    return;
+  }
+  if (c->out_head)
+    start_write(c);
+  else if (c->after_flush)
+    flushed(c);
+}
+
+/* The loop's check handle: every connection corked during this iteration, written. */
+void qim__net_conn_flush_dirty(net_loop *l) {
+  while (l->dirty) {
+    qim_conn *c = l->dirty;
+    l->dirty = c->dirty_next;
+    c->dirty_next = NULL;
+    flush_one(c);
+  }
+  uv_idle_stop(&l->flush_idle);
+  uv_check_stop(&l->flush_check);
+}
+
+static void on_flush_idle(uv_idle_t *h) { (void)h; }
+
+static void on_flush_check(uv_check_t *h) { qim__net_conn_flush_dirty(h->data); }
+
+void qim__net_conn_cork_init(net_loop *l) {
+  uv_check_init(&l->uv, &l->flush_check);
+  uv_idle_init(&l->uv, &l->flush_idle);
+  l->flush_check.data = l;
+}
+
+static void cork(qim_conn *c, size_t size) {
+  c->cork_bytes += size;
+  c->cork_frames++;
+  if (c->dirty) return;
+  net_loop *l = c->loop;
+  if (!l->dirty) {
+    uv_check_start(&l->flush_check, on_flush_check);
+    uv_idle_start(&l->flush_idle, on_flush_idle); /* poll must not block before the check */
+  }
+  c->dirty = true;
+  c->dirty_next = l->dirty;
+  l->dirty = c;
+}
+
+/* Takes c off its loop's dirty list (a connection closing before the check ran). */
+static void uncork(qim_conn *c) {
+  if (!c->dirty) return;
+  qim_conn **pp = &c->loop->dirty;
+  while (*pp != c) pp = &(*pp)->dirty_next;
+  *pp = c->dirty_next;
+  c->dirty = false;
+}
+
+/* Writes a corked connection's frames now instead of at the loop's check. */
+static void write_now(qim_conn *c) {
+  if (!c->dirty) return;
+  uncork(c);
+  flush_one(c);
 }
 
 /*
- * Queues `f` (taking a reference). `limited` applies max_out_bytes/max_out_frames:
- * close frames and HTTP answers are exempt so a connection can always end cleanly.
+ * Queues `f` (taking a reference). `limited` applies max_out_bytes/max_out_frames to what
+ * the kernel has refused so far: close frames and HTTP answers are exempt so a connection
+ * can always end cleanly.
  */
 int qim__net_conn_queue(qim_conn *c, qim_ws_frame *f, bool limited) {
   if (c->state == CS_DEAD) return -EPIPE;
   size_t size = qim_ws_frame_size(f);
-  ssize_t off = try_direct(c, f);
-  if (off < 0) {
-    qim__net_conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
-    return -EPIPE;
+  if (c->dirty && (c->cork_frames >= WRITE_BATCH || c->cork_bytes + size > CORK_BYTES)) {
+    write_now(c);
+    if (c->state == CS_DEAD) return -EPIPE;
   }
-  if ((size_t)off == size) return 0;
   const qim_net_config *cfg = cfg_of(c);
-  if (limited && (c->out_bytes + (size - (size_t)off) > cfg->max_out_bytes ||
-                  c->out_frames >= cfg->max_out_frames)) {
+  size_t refused = c->out_bytes - c->cork_bytes;
+  if (limited && refused && (refused + size > cfg->max_out_bytes ||
+                             c->out_frames - c->cork_frames >= cfg->max_out_frames)) {
     STAT_ADD(c->loop, slow_consumers, 1);
     char peer[64];
     QIM_LOGW(NULL, "gateway.slow_consumer",
              "conn=%016llx peer=%s queued_bytes=%zu queued_frames=%u", (unsigned long long)c->id,
-             qim_conn_peer_str(c, peer, sizeof peer), c->out_bytes, c->out_frames);
+             qim_conn_peer_str(c, peer, sizeof peer), refused, c->out_frames - c->cork_frames);
     qim__net_conn_abort(c, QIM_WS_CLOSE_POLICY, false);
     return -ENOBUFS;
   }
@@ -246,12 +352,12 @@ int qim__net_conn_queue(qim_conn *c, qim_ws_frame *f, bool limited) {
     c->out_tail->next = node;
   } else {
     c->out_head = node;
-    c->out_off = (size_t)off;
+    c->out_off = 0;
   }
   c->out_tail = node;
-  c->out_bytes += size - (size_t)off;
+  c->out_bytes += size;
   c->out_frames++;
-  if (!c->wreq) start_write(c);
+  if (!c->wreq) cork(c, size); /* behind a write in flight, on_written sends it */
   return 0;
 }
 
@@ -373,6 +479,7 @@ static void upgrade(qim_conn *c, const qim_http_request *r, char *rest, size_t r
   qim_free(resp);
   qim__net_conn_queue(c, f, false);
   qim_ws_frame_unref(f);
+  write_now(c); /* the 101 precedes whatever on_open sends, and nothing waits behind it */
   if (c->state != CS_OPEN) return;
   c->opened = true;
   STAT_ADD(c->loop, upgrades, 1);

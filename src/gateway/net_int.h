@@ -18,7 +18,7 @@ typedef struct loop_stats {
   _Atomic uint64_t accepted, conns, ws_conns, upgrades, http_rejected, http_routed;
   _Atomic uint64_t frames_in, frames_out, bytes_in, bytes_out, pings_sent;
   _Atomic uint64_t slow_consumers, idle_timeouts, handshake_timeouts, protocol_errors;
-  _Atomic uint64_t sends_dropped, inbox_full;
+  _Atomic uint64_t sends_dropped, inbox_full, writes;
 } loop_stats;
 
 #define STAT_ADD(loop, field, n)                                                                \
@@ -69,6 +69,11 @@ typedef struct net_loop {
   size_t nconns;
   conn_list handshake, open, closing;
   char *readbuf; /* one read buffer per loop: parsers consume it before the next read */
+  /* output corking: connections with frames queued during this iteration, written once
+   * per connection by the check handle; the idle handle keeps poll from blocking first */
+  uv_check_t flush_check;
+  uv_idle_t flush_idle;
+  qim_conn *dirty;
   loop_stats stats;
 } net_loop;
 
@@ -115,6 +120,9 @@ struct qim_conn {
   size_t out_bytes; /* bytes not yet written */
   uint32_t out_frames;
   struct conn_write *wreq; /* the uv_write in flight, or NULL */
+  qim_conn *dirty_next;    /* in the loop's list of corked connections */
+  size_t cork_bytes;       /* queued this iteration, not yet offered to the kernel */
+  uint32_t cork_frames;
   qim_tenant_id tenant;
   uint8_t addr[16];
   uint16_t port;
@@ -127,6 +135,7 @@ struct qim_conn {
   bool after_flush; /* closing: act when the queue drains */
   bool shut;        /* uv_shutdown issued */
   bool deferred;    /* handshake: a route answers later (qim_net_http_answer) */
+  bool dirty;       /* corked output waits for the loop's flush */
 };
 
 /* net_conn.c */
@@ -134,6 +143,8 @@ void qim__net_conn_accept(net_loop *l);
 void qim__net_conn_abort(qim_conn *c, uint16_t code, bool try_close_frame);
 void qim__net_conn_ping(qim_conn *c);
 int qim__net_conn_queue(qim_conn *c, qim_ws_frame *f, bool limited);
+void qim__net_conn_cork_init(net_loop *l);
+void qim__net_conn_flush_dirty(net_loop *l);
 
 /* net.c */
 void qim__net_list_add(net_loop *l, qim_conn *c, int list, uint64_t now);

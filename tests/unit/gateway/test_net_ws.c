@@ -320,6 +320,33 @@ static void test_idle_buffers_are_released_after_a_split_message(void **state) {
   wsc_close(&c);
 }
 
+/* `count` frames sent by the handler in one callback reach the client, and the server
+ * offered them to the kernel in `writes` system calls. */
+static void flood_in_writes(unsigned count, uint64_t writes) {
+  wsc c;
+  open_ws(&c);
+  WAIT_FOR(tsrv_nopen(&S) == 1, 2000);
+  uint64_t before = tsrv_stats(&S).writes;
+  char cmd[32];
+  snprintf(cmd, sizeof cmd, "flood:%u:100", count);
+  assert_int_equal(wsc_send_text(&c, cmd), 0);
+  char want[100];
+  memset(want, 'f', sizeof want);
+  for (unsigned i = 0; i < count; i++) expect_data(&c, 0x1, want, sizeof want);
+  assert_int_equal(tsrv_stats(&S).writes - before, writes);
+  wsc_close(&c);
+}
+
+static void test_frames_sent_in_one_callback_leave_in_one_write(void **state) {
+  (void)state;
+  flood_in_writes(10, 1);
+}
+
+static void test_a_cork_is_written_every_sixteen_frames(void **state) {
+  (void)state;
+  flood_in_writes(40, 3); /* 16 + 16 at once, the last 8 at the loop's check */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_masked_text_is_echoed, setup, teardown),
@@ -339,6 +366,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_unanswered_server_close_ends_at_close_timeout, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_idle_connection_is_pinged_then_dropped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_frames_sent_in_one_callback_leave_in_one_write, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_a_cork_is_written_every_sixteen_frames, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_buffers_are_released_after_a_split_message, setup,
                                       teardown),
   };
