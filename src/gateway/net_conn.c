@@ -90,7 +90,8 @@ void qim__net_conn_abort(qim_conn *c, uint16_t code, bool try_close_frame) {
   if (c->state == CS_DEAD) return;
   if (c->dirty) {
     uncork(c);
-    if (try_close_frame && !c->wreq) (void)offer(c); /* best effort, as the close frame */
+    if (try_close_frame && !c->wreq && c->out_head)
+      (void)offer(c); /* best effort, as the close frame */
   }
   if (c->state != CS_CLOSING) c->close_code = code; /* a close handshake keeps its code */
   if (try_close_frame && c->state == CS_OPEN && !c->out_head) {
@@ -254,8 +255,7 @@ static int offer(qim_conn *c) {
 
 /* A corked connection's frames, offered; what the kernel refuses goes out by uv_write.
  * May abort the connection (a failed write) or finish its close. */
-static void flush_one(qim_conn *c) {
-  c->dirty = false;
+static void send_corked(qim_conn *c) {
   c->cork_bytes = 0;
   c->cork_frames = 0;
   if (c->state == CS_DEAD || c->wreq || !c->out_head) return;
@@ -275,7 +275,8 @@ void qim__net_conn_flush_dirty(net_loop *l) {
     qim_conn *c = l->dirty;
     l->dirty = c->dirty_next;
     c->dirty_next = NULL;
-    flush_one(c);
+    c->dirty = false;
+    send_corked(c);
   }
   uv_idle_stop(&l->flush_idle);
   uv_check_stop(&l->flush_check);
@@ -305,7 +306,8 @@ static void cork(qim_conn *c, size_t size) {
   l->dirty = c;
 }
 
-/* Takes c off its loop's dirty list (a connection closing before the check ran). */
+/* Takes c off its loop's dirty list (a connection aborted before the check ran: rare, so a
+ * walk of the list). */
 static void uncork(qim_conn *c) {
   if (!c->dirty) return;
   qim_conn **pp = &c->loop->dirty;
@@ -314,11 +316,10 @@ static void uncork(qim_conn *c) {
   c->dirty = false;
 }
 
-/* Writes a corked connection's frames now instead of at the loop's check. */
+/* Writes a corked connection's frames now instead of at the loop's check; it stays on the
+ * dirty list (frames queued next join the same cork). */
 static void write_now(qim_conn *c) {
-  if (!c->dirty) return;
-  uncork(c);
-  flush_one(c);
+  if (c->dirty) send_corked(c);
 }
 
 /*
