@@ -37,7 +37,7 @@
 
 typedef struct conn_write {
   uv_write_t req;
-  unsigned nbufs;
+  size_t bytes; /* what this write takes from the queue */
 } conn_write;
 
 static void uncork(qim_conn *c);
@@ -199,11 +199,7 @@ static void on_written(uv_write_t *req, int status) {
     qim__net_conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
     return;
   }
-  size_t written = 0, off = c->out_off;
-  out_node *n = c->out_head;
-  for (unsigned i = 0; i < w->nbufs; i++, n = n->next, off = 0)
-    written += qim_ws_frame_size(n->frame) - off;
-  drop_written(c, written);
+  drop_written(c, w->bytes);
   if (c->out_head) {
     start_write(c);
     return;
@@ -213,13 +209,16 @@ static void on_written(uv_write_t *req, int status) {
   if (c->after_flush) flushed(c);
 }
 
-/* The first WRITE_BATCH queued frames (the head's unwritten part) as buffers; their count. */
-static unsigned queued_bufs(const qim_conn *c, uv_buf_t bufs[WRITE_BATCH]) {
+/* The first WRITE_BATCH queued frames (the head's unwritten part) as buffers; their count,
+ * and their bytes in *bytes. */
+static unsigned queued_bufs(const qim_conn *c, uv_buf_t bufs[WRITE_BATCH], size_t *bytes) {
   unsigned n = 0;
   size_t off = c->out_off;
+  *bytes = 0;
   for (out_node *o = c->out_head; o && n < WRITE_BATCH; o = o->next, n++) {
     bufs[n] = uv_buf_init((char *)qim_ws_frame_bytes(o->frame) + off,
                           (unsigned)(qim_ws_frame_size(o->frame) - off));
+    *bytes += bufs[n].len;
     off = 0;
   }
   return n;
@@ -229,8 +228,7 @@ static void start_write(qim_conn *c) {
   if (!c->wreq) c->wreq = qim_malloc(sizeof *c->wreq);
   conn_write *w = c->wreq;
   uv_buf_t bufs[WRITE_BATCH];
-  unsigned n = queued_bufs(c, bufs);
-  w->nbufs = n;
+  unsigned n = queued_bufs(c, bufs, &w->bytes);
   w->req.data = c;
   STAT_ADD(c->loop, writes, 1);
   if (uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, n, on_written) != 0) {
@@ -244,7 +242,8 @@ static void start_write(qim_conn *c) {
  * drops what it took. 0, or the write's error. */
 static int offer(qim_conn *c) {
   uv_buf_t bufs[WRITE_BATCH];
-  unsigned n = queued_bufs(c, bufs);
+  size_t bytes;
+  unsigned n = queued_bufs(c, bufs, &bytes);
   STAT_ADD(c->loop, writes, 1); /* before the call: its reader may look at once */
   int w = uv_try_write((uv_stream_t *)&c->tcp, bufs, n);
   if (w == UV_EAGAIN) return 0;
@@ -256,8 +255,6 @@ static int offer(qim_conn *c) {
 /* A corked connection's frames, offered; what the kernel refuses goes out by uv_write.
  * May abort the connection (a failed write) or finish its close. */
 static void send_corked(qim_conn *c) {
-  c->cork_bytes = 0;
-  c->cork_frames = 0;
   if (c->state == CS_DEAD || c->wreq || !c->out_head) return;
   if (offer(c) < 0) {
     qim__net_conn_abort(c, QIM_WS_CLOSE_ABNORMAL, false);
@@ -270,7 +267,7 @@ static void send_corked(qim_conn *c) {
 }
 
 /* The loop's check handle: every connection corked during this iteration, written. */
-void qim__net_conn_flush_dirty(net_loop *l) {
+static void flush_dirty(net_loop *l) {
   while (l->dirty) {
     qim_conn *c = l->dirty;
     l->dirty = c->dirty_next;
@@ -284,7 +281,7 @@ void qim__net_conn_flush_dirty(net_loop *l) {
 
 static void on_flush_idle(uv_idle_t *h) { (void)h; }
 
-static void on_flush_check(uv_check_t *h) { qim__net_conn_flush_dirty(h->data); }
+static void on_flush_check(uv_check_t *h) { flush_dirty(h->data); }
 
 void qim__net_conn_cork_init(net_loop *l) {
   uv_check_init(&l->uv, &l->flush_check);
@@ -292,9 +289,7 @@ void qim__net_conn_cork_init(net_loop *l) {
   l->flush_check.data = l;
 }
 
-static void cork(qim_conn *c, size_t size) {
-  c->cork_bytes += size;
-  c->cork_frames++;
+static void cork(qim_conn *c) {
   if (c->dirty) return;
   net_loop *l = c->loop;
   if (!l->dirty) {
@@ -322,6 +317,10 @@ static void write_now(qim_conn *c) {
   if (c->dirty) send_corked(c);
 }
 
+/* With no write in flight, everything queued is corked (never offered to the kernel): a
+ * queue the kernel refused has its uv_write in flight until it drains. */
+static bool corked(const qim_conn *c) { return !c->wreq; }
+
 /*
  * Queues `f` (taking a reference). `limited` applies max_out_bytes/max_out_frames to what
  * the kernel has refused so far: close frames and HTTP answers are exempt so a connection
@@ -330,19 +329,19 @@ static void write_now(qim_conn *c) {
 int qim__net_conn_queue(qim_conn *c, qim_ws_frame *f, bool limited) {
   if (c->state == CS_DEAD) return -EPIPE;
   size_t size = qim_ws_frame_size(f);
-  if (c->dirty && (c->cork_frames >= WRITE_BATCH || c->cork_bytes + size > CORK_BYTES)) {
+  if (corked(c) && c->out_head &&
+      (c->out_frames >= WRITE_BATCH || c->out_bytes + size > CORK_BYTES)) {
     write_now(c);
     if (c->state == CS_DEAD) return -EPIPE;
   }
   const qim_net_config *cfg = cfg_of(c);
-  size_t refused = c->out_bytes - c->cork_bytes;
-  if (limited && refused && (refused + size > cfg->max_out_bytes ||
-                             c->out_frames - c->cork_frames >= cfg->max_out_frames)) {
+  if (limited && !corked(c) && (c->out_bytes + size > cfg->max_out_bytes ||
+                                c->out_frames >= cfg->max_out_frames)) {
     STAT_ADD(c->loop, slow_consumers, 1);
     char peer[64];
     QIM_LOGW(NULL, "gateway.slow_consumer",
              "conn=%016llx peer=%s queued_bytes=%zu queued_frames=%u", (unsigned long long)c->id,
-             qim_conn_peer_str(c, peer, sizeof peer), refused, c->out_frames - c->cork_frames);
+             qim_conn_peer_str(c, peer, sizeof peer), c->out_bytes, c->out_frames);
     qim__net_conn_abort(c, QIM_WS_CLOSE_POLICY, false);
     return -ENOBUFS;
   }
@@ -358,7 +357,7 @@ int qim__net_conn_queue(qim_conn *c, qim_ws_frame *f, bool limited) {
   c->out_tail = node;
   c->out_bytes += size;
   c->out_frames++;
-  if (!c->wreq) cork(c, size); /* behind a write in flight, on_written sends it */
+  if (corked(c)) cork(c); /* behind a write in flight, on_written sends it */
   return 0;
 }
 

@@ -121,8 +121,6 @@ struct qim_conn {
   uint32_t out_frames;
   struct conn_write *wreq; /* the uv_write in flight, or NULL */
   qim_conn *dirty_next;    /* in the loop's list of corked connections */
-  size_t cork_bytes;       /* queued this iteration, not yet offered to the kernel */
-  uint32_t cork_frames;
   qim_tenant_id tenant;
   uint8_t addr[16];
   uint16_t port;
@@ -144,7 +142,6 @@ void qim__net_conn_abort(qim_conn *c, uint16_t code, bool try_close_frame);
 void qim__net_conn_ping(qim_conn *c);
 int qim__net_conn_queue(qim_conn *c, qim_ws_frame *f, bool limited);
 void qim__net_conn_cork_init(net_loop *l);
-void qim__net_conn_flush_dirty(net_loop *l);
 
 /* net.c */
 void qim__net_list_add(net_loop *l, qim_conn *c, int list, uint64_t now);
