@@ -152,7 +152,9 @@ static int batch_valid(const sq_store *st, const qim_append_mailbox_batch *b) {
     has_chunk |= p->completed_chunks[i] == b->chunk_id;
   if (!has_chunk) return -EINVAL; /* the progress written must include this chunk */
   for (size_t i = 0; i < b->entry_count; i++)
-    if (b->entries[i].mailbox_seq != b->mailbox_seq) return -EINVAL;
+    if (b->entries[i].mailbox_seq != b->mailbox_seq ||
+        memcmp(b->entries[i].coordinates.message_id.b, b->entries[0].coordinates.message_id.b, 16))
+      return -EINVAL;
   return 0;
 }
 
@@ -175,13 +177,13 @@ typedef struct stored_progress {
 } stored_progress;
 
 /* Reads the (dispatch, lane) row; a stored row must be a prefix of the new progress
- * (same shard and seq, its chunks within the new ones) unless it already applied this
- * chunk (a replay, answered from the row). */
+ * (same shard, seq and message, its chunks within the new ones) unless it already
+ * applied this chunk (a replay, answered from the row). */
 static int read_progress(sq_conn *c, const qim_append_mailbox_batch *b, const qim_bytes *chunks,
                          stored_progress *out) {
   *out = (stored_progress){0};
   sqlite3_stmt *st = sq_prep(c,
-                             "SELECT shard, mseq, chunks, applied FROM dispatch_progress"
+                             "SELECT shard, mseq, chunks, applied, message_id FROM dispatch_progress"
                              " WHERE dispatch_id=? AND lane=?");
   if (!st) return sq_last_error(c);
   sq_bind_id16(st, 1, b->dispatch_id.b);
@@ -199,7 +201,10 @@ static int read_progress(sq_conn *c, const qim_append_mailbox_batch *b, const qi
   if (chunks_subset(me, 4, out->applied.p, an)) return 1; /* a replay */
   const uint8_t *stored = sqlite3_column_blob(st, 2);
   size_t n = (size_t)sqlite3_column_bytes(st, 2);
-  if (sq_col_u64(st, 0) != b->shard || out->mseq != b->mailbox_seq ||
+  const void *message = sqlite3_column_blob(st, 4);
+  bool other_message = message && b->entry_count && sqlite3_column_bytes(st, 4) == 16 &&
+                       memcmp(message, b->entries[0].coordinates.message_id.b, 16) != 0;
+  if (sq_col_u64(st, 0) != b->shard || out->mseq != b->mailbox_seq || other_message ||
       !chunks_subset(stored, n, chunks->p, chunks->n))
     return qim_err_raise(QIM_E_MATERIALIZE_PROGRESS_CONFLICT);
   return 0;
@@ -251,10 +256,10 @@ static int write_progress(sq_conn *c, const qim_append_mailbox_batch *b, const q
                           const qim_bytes *applied) {
   sqlite3_stmt *st = sq_prep(
       c,
-      "INSERT INTO dispatch_progress(dispatch_id, lane, shard, mseq, chunks, completed_at, applied)"
-      " VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(dispatch_id, lane) DO UPDATE SET"
+      "INSERT INTO dispatch_progress(dispatch_id, lane, shard, mseq, chunks, completed_at, applied,"
+      " message_id) VALUES(?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(dispatch_id, lane) DO UPDATE SET"
       " chunks = excluded.chunks, completed_at = excluded.completed_at,"
-      " applied = excluded.applied");
+      " applied = excluded.applied, message_id = coalesce(message_id, excluded.message_id)");
   if (!st) return sq_last_error(c);
   sq_bind_id16(st, 1, b->dispatch_id.b);
   sqlite3_bind_int(st, 2, b->lane);
@@ -263,6 +268,7 @@ static int write_progress(sq_conn *c, const qim_append_mailbox_batch *b, const q
   sq_bind_blob(st, 5, chunks->p, chunks->n);
   if (b->progress.has_completed_at) sq_bind_u64(st, 6, b->progress.completed_at);
   sq_bind_blob(st, 7, applied->p, applied->n);
+  if (b->entry_count) sq_bind_id16(st, 8, b->entries[0].coordinates.message_id.b);
   return sq_run(c, st);
 }
 
@@ -544,11 +550,15 @@ static int wipe_entry(const void *p, size_t n, qim_bytes *out) {
   return rc < 0 ? rc : had;
 }
 
-int sq_mailbox_wipe_message(sq_conn *c, const qim_message_id *message_id) {
-  sqlite3_stmt *sel = sq_prep(c, "SELECT rowid, body FROM mailbox WHERE message_id=?");
+/* Wipes the entries of `message_id` at one (shard, lane, seq). */
+static int wipe_at(sq_conn *c, sqlite3_stmt *at, const qim_message_id *message_id) {
+  sqlite3_stmt *sel = sq_prep(c,
+                              "SELECT rowid, body FROM mailbox"
+                              " WHERE shard=? AND lane=? AND mseq=? AND message_id=?");
   sqlite3_stmt *upd = sq_prep(c, "UPDATE mailbox SET body=?, size=0 WHERE rowid=?");
   if (!sel || !upd) return sq_last_error(c);
-  sq_bind_id16(sel, 1, message_id->b);
+  for (int i = 0; i < 3; i++) sqlite3_bind_value(sel, i + 1, sqlite3_column_value(at, i));
+  sq_bind_id16(sel, 4, message_id->b);
   int rc;
   /* Updating rows of the scanned table is safe here: no column of the index being
    * scanned changes. */
@@ -566,5 +576,16 @@ int sq_mailbox_wipe_message(sq_conn *c, const qim_message_id *message_id) {
     qim_bytes_free(&body);
     if (rc) return rc;
   }
+  return rc;
+}
+
+/* The message's entries are where its dispatches' progress rows say (schema version 5). */
+int sq_mailbox_wipe_message(sq_conn *c, const qim_message_id *message_id) {
+  sqlite3_stmt *at = sq_prep(c, "SELECT shard, lane, mseq FROM dispatch_progress WHERE message_id=?");
+  if (!at) return sq_last_error(c);
+  sq_bind_id16(at, 1, message_id->b);
+  int rc;
+  while ((rc = sq_step(c, at)) == 1)
+    if ((rc = wipe_at(c, at, message_id))) return rc;
   return rc;
 }

@@ -552,9 +552,10 @@ typedef struct { qim_store_req req; qim_mailbox_shard_id shard; qim_shard_epoch 
  * transaction (MATERIALIZE_SHARD_NOT_OWNED otherwise, checked before idempotence).
  * out: DurabilityReceipt (a replayed chunk gets the original one and writes nothing).
  * MATERIALIZE_PROGRESS_CONFLICT if the stored progress disagrees with the batch: another
- * shard or mailbox seq, or completed chunks the batch's progress lacks. -EINVAL: a batch
- * inconsistent in itself (progress for another dispatch/shard/lane, progress not
- * including chunk_id, an entry with another mailbox_seq).
+ * shard, mailbox seq or message, or completed chunks the batch's progress lacks. -EINVAL:
+ * a batch inconsistent in itself (progress for another dispatch/shard/lane, progress not
+ * including chunk_id, an entry with another mailbox_seq, entries of two messages: a batch
+ * is a chunk of one message's dispatch, which is how a hard delete finds its copies).
  *
  * Several batches and the lane's watermark in ONE transaction (so a materializer step costs
  * one durable write): `batch` points to `batch_count` batches (0 reads as 1), all of one

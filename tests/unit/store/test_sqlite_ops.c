@@ -305,18 +305,28 @@ static void test_membership_versions_read_exactly(void **state) {
 
 /* ---- history --------------------------------------------------------------------------- */
 
-static void test_wipe_body_erases_history_and_intent(void **state) {
-  env *e = *state;
-  fx_create_group(e->s, 1, 1);
-  qim_commit_intent p = fx_proposal(1, 1, 1, "secret");
+/* Reserves and records message 1 of group 1 with `text`: its key (and its message id in
+ * *id when asked). */
+static qim_commit_key record_message(qim_store *s, const char *text, qim_message_id *id) {
+  fx_create_group(s, 1, 1);
+  qim_commit_intent p = fx_proposal(1, 1, 1, text);
+  qim_commit_key key = p.key;
+  if (id) *id = p.coordinates.message_id;
   qim_store_intent_reserve_req rr = {0};
   rr.proposal = &p;
-  assert_int_equal(QIM_STORE_SYNC(e->s, intents.reserve, &rr), 0);
+  assert_int_equal(QIM_STORE_SYNC(s, intents.reserve, &rr), 0);
   qim_commit_intent_free(&rr.out.intent);
   qim_store_intent_advance_req ar = {0};
-  ar.key = p.key;
+  ar.key = key;
   ar.to = QIM_COMMIT_STATE_RECORDED;
-  assert_int_equal(QIM_STORE_SYNC(e->s, intents.advance, &ar), 0);
+  assert_int_equal(QIM_STORE_SYNC(s, intents.advance, &ar), 0);
+  qim_commit_intent_free(&p);
+  return key;
+}
+
+static void test_wipe_body_erases_history_and_intent(void **state) {
+  env *e = *state;
+  qim_commit_key key = record_message(e->s, "secret", NULL);
 
   qim_store_record_set_state_req sr = {0};
   sr.tenant_id = fx_tenant();
@@ -327,7 +337,7 @@ static void test_wipe_body_erases_history_and_intent(void **state) {
   assert_int_equal(QIM_STORE_SYNC(e->s, history.set_state, &sr), 0);
 
   qim_store_intent_load_req lr = {0};
-  lr.key = p.key;
+  lr.key = key;
   assert_int_equal(QIM_STORE_SYNC(e->s, intents.load, &lr), 0);
   assert_int_equal(lr.out.kind, QIM_LOADED_COMMIT_IN_FLIGHT);
   assert_int_equal(lr.out.intent.record.content.payload_or_ciphertext.n, 0);
@@ -349,7 +359,6 @@ static void test_wipe_body_erases_history_and_intent(void **state) {
   assert_int_equal(QIM_STORE_SYNC(e->s, history.query, &q), 0);
   assert_int_equal(q.out_count, 0);
   qim_free(q.out_records);
-  qim_commit_intent_free(&p);
 }
 
 static void test_reserve_with_zero_cmid_is_invalid(void **state) {
@@ -458,6 +467,12 @@ static void raw_sql(const char *dir, const char *sql) {
   sqlite3_close(db);
 }
 
+/* What schema 5 changed, undone: the progress rows' message and its index go, the index
+ * over every entry's message comes back. */
+#define SCHEMA_5_UNDONE                                                                   \
+  "DROP INDEX dispatch_progress_message; ALTER TABLE dispatch_progress DROP COLUMN message_id;" \
+  "CREATE INDEX mailbox_message ON mailbox(message_id);"
+
 /* Schema 4 moved the applied chunks from a table of their own into the progress row: a
  * store written by schema 3 still answers a replay with the original receipt (a replay
  * at another seq would otherwise be a ProgressConflict), and its next chunk applies. */
@@ -475,7 +490,7 @@ static void test_schema_3_store_keeps_its_applied_chunks_after_upgrade(void **st
       " PRIMARY KEY(dispatch_id, lane, chunk)) WITHOUT ROWID;"
       "CREATE INDEX dispatch_chunks_lane ON dispatch_chunks(shard, lane, mseq);"
       "INSERT INTO dispatch_chunks SELECT dispatch_id, lane, 0, shard, mseq FROM dispatch_progress;"
-      "ALTER TABLE dispatch_progress DROP COLUMN applied; PRAGMA user_version=3;");
+      "ALTER TABLE dispatch_progress DROP COLUMN applied;" SCHEMA_5_UNDONE "PRAGMA user_version=3;");
   qim_store_options o = fx_options();
   e->s = fx_open(e->dir, NULL, &o);
 
@@ -490,6 +505,43 @@ static void test_schema_3_store_keeps_its_applied_chunks_after_upgrade(void **st
   qim_store_close(e->s);
   raw_sql(e->dir, "CREATE TABLE dispatch_chunks(x); DROP TABLE dispatch_chunks;"); /* it was gone */
   e->s = fx_open(e->dir, NULL, &o);
+}
+
+static int range(qim_store *s, uint32_t max_items, qim_store_mailbox_range_req *r);
+static void range_free(qim_store_mailbox_range_req *r);
+
+/* Schema 5 finds a message's inline mailbox copies through its dispatches' progress rows:
+ * a store written by schema 4 (no message on those rows) still has its copies wiped by a
+ * hard delete after the upgrade. */
+static void test_schema_4_store_wipes_its_inline_mailbox_copies_after_upgrade(void **state) {
+  env *e = *state;
+  qim_message_id id;
+  record_message(e->s, "secret", &id);
+  mbatch m;
+  mbatch_init(&m, 1, 5, 1, 0, true, 1);
+  qim_mailbox_entry *en = &m.entries[0];
+  en->coordinates.message_id = id;
+  en->has_content = en->body_included = true;
+  en->content.payload_or_ciphertext = (qim_bytes){(uint8_t *)"secret", 6};
+  take_shard(e->s, m.b.shard); /* epoch 1 */
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+  qim_store_close(e->s);
+  raw_sql(e->dir, SCHEMA_5_UNDONE "PRAGMA user_version=4;");
+  qim_store_options o = fx_options();
+  e->s = fx_open(e->dir, NULL, &o);
+
+  qim_store_record_set_state_req sr = {0};
+  sr.tenant_id = fx_tenant();
+  sr.conversation_id = fx_conv(1);
+  sr.seq = 1;
+  sr.state = QIM_MESSAGE_STATE_DELETED;
+  sr.wipe_body = true;
+  assert_int_equal(QIM_STORE_SYNC(e->s, history.set_state, &sr), 0);
+  qim_store_mailbox_range_req r;
+  assert_int_equal(range(e->s, 10, &r), 0);
+  assert_int_equal(r.out_count, 1);
+  assert_false(r.out_entries[0].has_content && r.out_entries[0].content.payload_or_ciphertext.n);
+  range_free(&r);
 }
 
 static int range(qim_store *s, uint32_t max_items, qim_store_mailbox_range_req *r) {
@@ -541,6 +593,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_mailbox_append_is_fenced_idempotent_and_checks_progress,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_schema_3_store_keeps_its_applied_chunks_after_upgrade,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_schema_4_store_wipes_its_inline_mailbox_copies_after_upgrade,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_mailbox_range_keeps_event_groups_whole, setup, teardown),
   };
