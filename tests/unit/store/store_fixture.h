@@ -108,6 +108,17 @@ static inline qim_conversation_seq fx_commit(qim_store *s, const qim_commit_inte
   return seq;
 }
 
+/* A hard delete of seq in conversation conv: DELETED with the body wiped everywhere. */
+static inline void fx_hard_delete(qim_store *s, uint64_t conv, qim_conversation_seq seq) {
+  qim_store_record_set_state_req w = {0};
+  w.tenant_id = fx_tenant();
+  w.conversation_id = fx_conv(conv);
+  w.seq = seq;
+  w.state = QIM_MESSAGE_STATE_DELETED;
+  w.wipe_body = true;
+  assert_int_equal(QIM_STORE_SYNC(s, history.set_state, &w), 0);
+}
+
 /* ---- the writer gate ------------------------------------------------------------------ */
 
 typedef struct fx_gate {

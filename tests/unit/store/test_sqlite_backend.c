@@ -634,13 +634,7 @@ static void test_wiped_body_leaves_no_bytes_on_disk(void **state) {
   mailbox_put(s, &p);
   assert_true(store_files_contain(dir, secret));
 
-  qim_store_record_set_state_req w = {0};
-  w.tenant_id = fx_tenant();
-  w.conversation_id = fx_conv(1);
-  w.seq = 1;
-  w.state = QIM_MESSAGE_STATE_DELETED;
-  w.wipe_body = true;
-  assert_int_equal(QIM_STORE_SYNC(s, history.set_state, &w), 0);
+  fx_hard_delete(s, 1, 1);
   qim_store_log_redact_req red = {0};
   red.position = (qim_log_position){outbox(), 1};
   assert_int_equal(QIM_STORE_SYNC(s, logs.redact, &red), 0);

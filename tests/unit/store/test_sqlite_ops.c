@@ -328,13 +328,7 @@ static void test_wipe_body_erases_history_and_intent(void **state) {
   env *e = *state;
   qim_commit_key key = record_message(e->s, "secret", NULL);
 
-  qim_store_record_set_state_req sr = {0};
-  sr.tenant_id = fx_tenant();
-  sr.conversation_id = fx_conv(1);
-  sr.seq = 1;
-  sr.state = QIM_MESSAGE_STATE_DELETED;
-  sr.wipe_body = true;
-  assert_int_equal(QIM_STORE_SYNC(e->s, history.set_state, &sr), 0);
+  fx_hard_delete(e->s, 1, 1);
 
   qim_store_intent_load_req lr = {0};
   lr.key = key;
@@ -530,13 +524,7 @@ static void test_schema_4_store_wipes_its_inline_mailbox_copies_after_upgrade(vo
   qim_store_options o = fx_options();
   e->s = fx_open(e->dir, NULL, &o);
 
-  qim_store_record_set_state_req sr = {0};
-  sr.tenant_id = fx_tenant();
-  sr.conversation_id = fx_conv(1);
-  sr.seq = 1;
-  sr.state = QIM_MESSAGE_STATE_DELETED;
-  sr.wipe_body = true;
-  assert_int_equal(QIM_STORE_SYNC(e->s, history.set_state, &sr), 0);
+  fx_hard_delete(e->s, 1, 1);
   qim_store_mailbox_range_req r;
   assert_int_equal(range(e->s, 10, &r), 0);
   assert_int_equal(r.out_count, 1);
