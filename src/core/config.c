@@ -58,9 +58,9 @@ static const setting settings[] = {
     {"inline_body_threshold", V_BYTES, F(inline_body_threshold), 0, 16777216, "4096", "BYTES",
      "bodies up to this size are copied into mailboxes; larger ones are fetched from history"},
     {"shard_count", V_U32, F(shard_count), 0, 4096, "0", "N",
-     "mailbox shards; fixed when the store is created (0: the store's own, 2 for a new one)"},
+     "mailbox shards; fixed when the store is created (0: the store's own, 1 for a new one)"},
     {"lanes_per_shard", V_U32, F(lanes_per_shard), 0, 64, "0", "N",
-     "lanes per mailbox shard; fixed when the store is created (0: the store's own, 2 for a "
+     "lanes per mailbox shard; fixed when the store is created (0: the store's own, 1 for a "
      "new one)"},
     {"dedupe_window", V_MS, F(dedupe_window_ms), 60000, 365 * DAY, "7d", "DURATION",
      "how long a retried {pub} with the same cmid returns the original seq"},

@@ -659,8 +659,8 @@ struct qim_store_vtable {
 
 /* The mailbox layout a store is created with when its options name none: on one node,
  * few lanes do the same work in fewer, larger steps (docs/mailbox.md, "Layout"). */
-#define QIM_STORE_DEFAULT_SHARDS 2
-#define QIM_STORE_DEFAULT_LANES 2
+#define QIM_STORE_DEFAULT_SHARDS 1
+#define QIM_STORE_DEFAULT_LANES 1
 
 typedef struct qim_store_options {
   qim_shard_config shards;     /* fixed at creation; a mismatch on reopen is -EINVAL. A field

@@ -327,7 +327,9 @@ async function main() {
   // Rate limits protect the server from clients; they are not what this test is about.
   const lifted = ['--send-rate', '1000000', '--send-burst', '1000000', '--login-rate', '1000000', '--login-burst', '1000000',
     '--request-rate', '1000000', '--request-burst', '1000000'];
-  const q = new Qimd(o.qimd, lifted);
+  // Two shards of two lanes (a new store gets one of one): the kills then land between
+  // dispatches of one message to several shards and lanes, which the checker must see whole.
+  const q = new Qimd(o.qimd, [...lifted, '--shard-count', '2', '--lanes-per-shard', '2']);
   const clients = Array.from({ length: o.clients }, (_, i) => new Client(i, `crash${i}`, o.window));
   let ok = false;
   try {
