@@ -311,12 +311,6 @@ static void uncork(qim_conn *c) {
   c->dirty = false;
 }
 
-/* Writes a corked connection's frames now instead of at the loop's check; it stays on the
- * dirty list (frames queued next join the same cork). */
-static void write_now(qim_conn *c) {
-  if (c->dirty) send_corked(c);
-}
-
 /* With no write in flight, everything queued is corked (never offered to the kernel): a
  * queue the kernel refused has its uv_write in flight until it drains. */
 static bool corked(const qim_conn *c) { return !c->wreq; }
@@ -331,7 +325,7 @@ int qim__net_conn_queue(qim_conn *c, qim_ws_frame *f, bool limited) {
   size_t size = qim_ws_frame_size(f);
   if (corked(c) && c->out_head &&
       (c->out_frames >= WRITE_BATCH || c->out_bytes + size > CORK_BYTES)) {
-    write_now(c);
+    send_corked(c); /* now, not at the check; it stays dirty for the frames queued next */
     if (c->state == CS_DEAD) return -EPIPE;
   }
   const qim_net_config *cfg = cfg_of(c);
@@ -479,7 +473,7 @@ static void upgrade(qim_conn *c, const qim_http_request *r, char *rest, size_t r
   qim_free(resp);
   qim__net_conn_queue(c, f, false);
   qim_ws_frame_unref(f);
-  write_now(c); /* the 101 precedes whatever on_open sends, and nothing waits behind it */
+  send_corked(c); /* the 101 precedes whatever on_open sends, and nothing waits behind it */
   if (c->state != CS_OPEN) return;
   c->opened = true;
   STAT_ADD(c->loop, upgrades, 1);

@@ -550,15 +550,15 @@ static int wipe_entry(const void *p, size_t n, qim_bytes *out) {
   return rc < 0 ? rc : had;
 }
 
-/* Wipes the entries of `message_id` at one (shard, lane, seq). */
-static int wipe_at(sq_conn *c, sqlite3_stmt *at, const qim_message_id *message_id) {
+/* The message's entries are where its dispatches' progress rows say (schema version 5). */
+int sq_mailbox_wipe_message(sq_conn *c, const qim_message_id *message_id) {
   sqlite3_stmt *sel = sq_prep(c,
-                              "SELECT rowid, body FROM mailbox"
-                              " WHERE shard=? AND lane=? AND mseq=? AND message_id=?");
+                              "SELECT m.rowid, m.body FROM dispatch_progress p JOIN mailbox m"
+                              " ON m.shard = p.shard AND m.lane = p.lane AND m.mseq = p.mseq"
+                              " WHERE p.message_id = ?1 AND m.message_id = ?1");
   sqlite3_stmt *upd = sq_prep(c, "UPDATE mailbox SET body=?, size=0 WHERE rowid=?");
   if (!sel || !upd) return sq_last_error(c);
-  for (int i = 0; i < 3; i++) sqlite3_bind_value(sel, i + 1, sqlite3_column_value(at, i));
-  sq_bind_id16(sel, 4, message_id->b);
+  sq_bind_id16(sel, 1, message_id->b);
   int rc;
   /* Updating rows of the scanned table is safe here: no column of the index being
    * scanned changes. */
@@ -576,16 +576,5 @@ static int wipe_at(sq_conn *c, sqlite3_stmt *at, const qim_message_id *message_i
     qim_bytes_free(&body);
     if (rc) return rc;
   }
-  return rc;
-}
-
-/* The message's entries are where its dispatches' progress rows say (schema version 5). */
-int sq_mailbox_wipe_message(sq_conn *c, const qim_message_id *message_id) {
-  sqlite3_stmt *at = sq_prep(c, "SELECT shard, lane, mseq FROM dispatch_progress WHERE message_id=?");
-  if (!at) return sq_last_error(c);
-  sq_bind_id16(at, 1, message_id->b);
-  int rc;
-  while ((rc = sq_step(c, at)) == 1)
-    if ((rc = wipe_at(c, at, message_id))) return rc;
   return rc;
 }

@@ -124,32 +124,20 @@ static pid_t spawn_child(const char *url, const char *shared, uint32_t cycle, ui
   return pid;
 }
 
-/* Waits (draining acks) until the child has begun `n` commits; returns the time the n-th
- * began, or 0 when the child died or took too long. */
-static uint64_t await_commit(pipe_reader *p, crash_shared *shared, uint64_t n) {
+/* Waits (draining acks) until the child has begun `commits` commits and `acked` messages
+ * are acknowledged; false when the child died or took too long. */
+static bool await_child(pipe_reader *p, crash_shared *shared, uint64_t commits, size_t acked) {
   uint64_t deadline = now_ms() + COMMIT_TIMEOUT_MS;
-  while (atomic_load(&shared->entered) < n) {
-    if (p->eof || now_ms() > deadline) return 0;
+  while (atomic_load(&shared->entered) < commits || messages.n < acked) {
+    if (p->eof || now_ms() > deadline) return false;
     read_acks(p, 1);
   }
-  return now_ms();
+  return true;
 }
 
 static void sleep_draining(pipe_reader *p, uint64_t ms) {
   uint64_t until = now_ms() + ms;
   while (now_ms() < until) read_acks(p, (int)(until - now_ms()));
-}
-
-/* Waits (draining acks) until `n` more messages were acknowledged; false when the child
- * died or took too long. */
-static bool await_messages(pipe_reader *p, size_t n) {
-  size_t want = messages.n + n;
-  uint64_t deadline = now_ms() + COMMIT_TIMEOUT_MS;
-  while (messages.n < want) {
-    if (p->eof || now_ms() > deadline) return false;
-    read_acks(p, 1);
-  }
-  return true;
 }
 
 /*
@@ -168,17 +156,17 @@ static bool run_and_kill(const char *url, const char *shared_path, crash_shared 
   atomic_store(&shared->entered, 0); /* the previous kill may have left them unequal */
   atomic_store(&shared->left, 0);
   pid_t pid = spawn_child(url, shared_path, cycle, (uint32_t)rand_r(rng), &p.fd);
-  if (!await_messages(&p, min_messages)) {
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    fail_msg("the child did not acknowledge %zu messages", min_messages);
-  }
+  bool ok = await_child(&p, shared, 0, messages.n + min_messages);
   uint64_t k = atomic_load(&shared->entered) + 2 + (uint64_t)(rand_r(rng) % 5);
-  uint64_t before = await_commit(&p, shared, k - 1), began = await_commit(&p, shared, k);
-  if (!before || !began) {
+  ok = ok && await_child(&p, shared, k - 1, 0);
+  uint64_t before = now_ms();
+  ok = ok && await_child(&p, shared, k, 0);
+  uint64_t began = now_ms();
+  if (!ok) {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    fail_msg("the child did not reach commit %llu", (unsigned long long)k);
+    fail_msg("the child did not acknowledge %zu messages and reach commit %llu", min_messages,
+             (unsigned long long)k);
   }
   uint64_t period = began - before + 1;
   sleep_draining(&p, aim ? (uint64_t)(rand_r(rng) % 20) : (uint64_t)rand_r(rng) % period);
