@@ -172,11 +172,6 @@ int sq_errno(int rc) {
   }
 }
 
-int sq_last_error(sq_conn *c) {
-  int rc = sqlite3_errcode(c->db);
-  return rc == SQLITE_OK ? -EIO : sq_errno(rc);
-}
-
 int sq_step(sq_conn *c, sqlite3_stmt *st) {
   int rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) return 1;

@@ -267,10 +267,14 @@ sqlite3_stmt *sq_prep(sq_conn *c, const char *sql);
 /* Resets every statement the current operation used so far: a nested savepoint can only
  * be released once none is still stepping. Their rows are gone after it. */
 void sq_reset_used(sq_conn *c);
-/* The -errno for the connection's last error. */
-int sq_last_error(sq_conn *c);
 /* -errno for an SQLite result code (SQLITE_FULL → -ENOSPC, IOERR → -EIO, ...). */
 int sq_errno(int sqlite_rc);
+/* The -errno for the connection's last error; always negative, and inline so the compiler
+ * sees that: a caller returning it after a failed sq_prep never reads what it did not fill. */
+static inline int sq_last_error(sq_conn *c) {
+  int rc = sq_errno(sqlite3_errcode(c->db));
+  return rc < 0 ? rc : -EIO;
+}
 /* Steps once: 1 = a row, 0 = done, <0 = -errno. */
 int sq_step(sq_conn *c, sqlite3_stmt *st);
 /* Steps a statement that returns no rows: 0 or -errno. */

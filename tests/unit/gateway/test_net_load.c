@@ -46,7 +46,7 @@ static uint64_t open_ws(wsc *c) {
 
 static void expect_text(wsc *c, const char *want) {
   int op;
-  char *p;
+  char *p = NULL;
   size_t n;
   assert_int_equal(wsc_recv_data(c, &op, &p, &n, 5000), 0);
   assert_int_equal(op, 0x1);

@@ -39,7 +39,7 @@ static void open_ws(wsc *c) {
 /* Expects one data frame with opcode op and payload `want` (want_len bytes). */
 static void expect_data(wsc *c, int op, const void *want, size_t want_len) {
   int got_op;
-  char *p;
+  char *p = NULL;
   size_t n;
   assert_int_equal(wsc_recv_data(c, &got_op, &p, &n, 5000), 0);
   assert_int_equal(got_op, op);
@@ -122,7 +122,7 @@ static void test_fragments_with_a_ping_between_are_joined(void **state) {
   assert_int_equal(wsc_send_raw(&c, 0x00, true, "lo, ", 4, WSC_LEN_AUTO), 0);
   assert_int_equal(wsc_send_raw(&c, 0x80, true, "world", 5, WSC_LEN_AUTO), 0);
   int op;
-  char *p;
+  char *p = NULL;
   size_t n;
   /* The pong comes first: the message is only complete with its last fragment. */
   assert_int_equal(wsc_recv(&c, &op, &p, &n, 3000), 0);
@@ -216,7 +216,7 @@ static void test_server_close_handshake_completes(void **state) {
   open_ws(&c);
   assert_int_equal(wsc_send_text(&c, "close:4001"), 0);
   int op;
-  char *p;
+  char *p = NULL;
   size_t n;
   assert_int_equal(wsc_recv(&c, &op, &p, &n, 3000), 0);
   assert_int_equal(op, 0x8);
@@ -278,7 +278,7 @@ static void test_idle_connection_is_pinged_then_dropped(void **state) {
   }
   assert_true(pings >= 2);
   int op;
-  char *p;
+  char *p = NULL;
   size_t n;
   assert_int_equal(wsc_recv(&silent, &op, &p, &n, 1000), 0);
   assert_int_equal(op, 0x9); /* it was pinged first */
