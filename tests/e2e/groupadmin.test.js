@@ -100,6 +100,34 @@ test('del sub evicts: the evicted member is told, detached, and can no longer pu
   await expectCode(a.topic(name).invite(c.uid, 'JRWPS'), 403, 'inviting a banned user');
 });
 
+test('one eviction reaching many members evicts only its own: the others see acs N and stay attached', async (ctx) => {
+  // Every member's entry of the change is delivered from one parsed copy per batch
+  // (gateway/push.c); with six members on the loops, entries of one batch share it.
+  const a = await newUser(ctx, 'owner');
+  const name = await createGroup(a, 'crowd');
+  const members = [];
+  for (let i = 0; i < 6; i++) {
+    const m = await newUser(ctx, `m${i}`);
+    assert.equal((await a.topic(name).invite(m.uid, 'JRWPS')).code, 200);
+    await join(m, name);
+    members.push(m);
+  }
+  const [gone, ...stay] = members;
+  const marks = members.map((m) => m.mark());
+  assert.equal((await a.topic(name).delSubscription(gone.uid)).code, 200, 'the owner evicts one member');
+  await gone.wait('ctrl', (x) => x.topic === name && x.code === 205, { since: marks[0], what: 'ctrl 205 evicted' });
+  for (let i = 0; i < stay.length; i++)
+    await stay[i].wait('pres', (p) => p.topic === name && p.what === 'acs' && p.src === gone.uid && p.dacs.given === 'N', {
+      since: marks[i + 1],
+    });
+  await settle();
+  for (let i = 0; i < stay.length; i++) {
+    assert.equal(stay[i].bodies('ctrl', (x) => x.topic === name && x.code === 205, marks[i + 1]).length, 0, `${stay[i].label} stays`);
+    await publish(stay[i], name, `still here ${i}`);
+  }
+  await expectCode(gone.tn.publishMessage(gone.tn.createMessage(name, 'out?', false)), 409, 'the evicted member is detached');
+});
+
 test('set desc: public needs A or O, private is per member and seen by that member only', async (ctx) => {
   const a = await newUser(ctx, 'owner');
   const b = await newUser(ctx, 'bob');
