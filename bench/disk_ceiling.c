@@ -4,7 +4,9 @@
  * durable log a message store could write (no index, no checksum, no transaction). The
  * commit benchmarks report their figure against this; it is a ceiling, not a like-for-like
  * comparison. Also reports the fdatasync latency the batch pays, and, for context, the
- * same appends with one fdatasync each (--batch 1 alone gives that as the main figure).
+ * same appends with one fdatasync each (--batch 1 alone gives that as the main figure),
+ * and the disk's write bandwidth: 1 MiB writes with one fdatasync per 64 MiB, the figure
+ * a store writing megabytes per message (a large group's mailbox entries) runs into.
  *
  * Usage: qim-bench-disk_ceiling [DIR] [--seconds S] [--batch N] [--record BYTES]
  *   DIR must be on the disk under test (default $TMPDIR or /tmp; never tmpfs if you want a
@@ -23,6 +25,9 @@
 #include <unistd.h>
 
 #define MAX_RECORDS 100000000ull
+#define BANDWIDTH_RECORD (1u << 20)
+#define BANDWIDTH_BATCH 64u
+#define BANDWIDTH_SECONDS 2.0
 #define TMPFS_MAGIC 0x01021994
 
 static double now_s(void) {
@@ -120,10 +125,11 @@ int main(int argc, char **argv) {
   }
   struct statfs fs;
   int tmpfs = statfs(dir, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
-  result main_r, one_r = {0};
+  result main_r, one_r = {0}, bw_r = {0};
   int rc = run(dir, seconds, batch, rec, &main_r);
   /* Context: the same appends made durable one at a time (a short run suffices). */
   if (rc == 0 && batch != 1) rc = run(dir, seconds < 1 ? seconds : 1, 1, rec, &one_r);
+  if (rc == 0) rc = run(dir, BANDWIDTH_SECONDS, BANDWIDTH_BATCH, BANDWIDTH_RECORD, &bw_r);
   if (rc) {
     fprintf(stderr, "qim-bench-disk_ceiling: %s: %s\n", dir, strerror(-rc));
     return 1;
@@ -138,13 +144,15 @@ int main(int argc, char **argv) {
   if (batch != 1)
     printf("  one fdatasync per append: %.0f appends/s (fdatasync p50 %.2f ms, p99 %.2f ms)\n",
            (double)one_r.records / one_r.secs, one_r.sync_p50_ms, one_r.sync_p99_ms);
+  double bw_mb_s = (double)bw_r.records * BANDWIDTH_RECORD / bw_r.secs / 1e6;
+  printf("  write bandwidth: %.0f MB/s (1 MiB writes, fdatasync every %u MiB)\n", bw_mb_s, BANDWIDTH_BATCH);
   printf(
       "RESULT scenario=disk_ceiling dir=%s tmpfs=%d record_bytes=%zu batch=%u seconds=%.2f "
       "records=%llu appends_per_s=%.0f mb_per_s=%.2f sync_p50_ms=%.3f sync_p99_ms=%.3f "
-      "sync_max_ms=%.3f single_appends_per_s=%.0f single_sync_p50_ms=%.3f status=ok\n",
+      "sync_max_ms=%.3f single_appends_per_s=%.0f single_sync_p50_ms=%.3f write_mb_per_s=%.0f status=ok\n",
       dir, tmpfs, rec, batch, main_r.secs, (unsigned long long)main_r.records, per_s,
       per_s * (double)rec / 1e6, main_r.sync_p50_ms, main_r.sync_p99_ms, main_r.sync_max_ms,
       batch != 1 ? (double)one_r.records / one_r.secs : per_s,
-      batch != 1 ? one_r.sync_p50_ms : main_r.sync_p50_ms);
+      batch != 1 ? one_r.sync_p50_ms : main_r.sync_p50_ms, bw_mb_s);
   return 0;
 }

@@ -22,6 +22,7 @@ ratio() { if [ -z "$1" ] || [ -z "$2" ] || [ "$2" = 0 ]; then echo "—"; else a
 meets() { if [ -z "$1" ]; then echo "—"; else awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN { ok = op == ">=" ? v >= t : v <= t; print ok ? "yes" : "no" }'; fi; }
 
 disk=$(get disk appends_per_s)
+disk_bw=$(get disk write_mb_per_s)
 commit=$(get commit sends_per_s)
 echo_fps=$(get echo frames_per_s)
 sock=$(get sock bytes_per_socket)
@@ -76,6 +77,7 @@ echo "|---|---|"
 echo "| Commit path sends/s (p99 $(get commit p99_ms) ms) | $(num "$commit") |"
 echo "| Disk: 300-byte appends/s, fdatasync per 1,000 (fdatasync p50 $(get disk sync_p50_ms) ms, p99 $(get disk sync_p99_ms) ms) | $(num "$disk") |"
 echo "| Disk: appends/s with one fdatasync each | $(num "$(get disk single_appends_per_s)") |"
+echo "| Disk: write bandwidth, MB/s (1 MiB writes, fdatasync per 64 MiB; what large groups run into, section 3) | $(num "$disk_bw") |"
 echo
 command_line commit
 command_line disk
@@ -111,12 +113,14 @@ for id in $g_ids; do
   g=$(get "$id" group_size)
   echo "Groups of $(num "$g"): highest pub rate with every delivery made and p99 ≤ $(get "$id" p99_limit_ms) ms: $(num "$(get "$id" max_rate)") msgs/s = **$(num "$(get "$id" max_deliveries_per_s)") deliveries/s**."
   echo
-  echo "| rate | deliveries/s | p50 ms | p99 ms | lost | send lag p99 ms | server CPU % | verdict |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| rate | deliveries/s | p50 ms | p99 ms | lost | send lag p99 ms | server CPU % | server disk writes MB/s | verdict |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   grep "^group$g-search	" "$RESULTS" 2>/dev/null | cut -f3 | while read -r l; do
     f() { echo "$l" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
-    echo "| $(num "$(f rate_target)") | $(num "$(f deliv_rate)") | $(f lat_p50_ms) | $(f lat_p99_ms) | $(f lost) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(f verdict) |"
+    echo "| $(num "$(f rate_target)") | $(num "$(f deliv_rate)") | $(f lat_p50_ms) | $(f lat_p99_ms) | $(f lost) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(num "$(f server_write_mb_s)") | $(f verdict) |"
   done
+  echo
+  echo "The disk's write bandwidth in this run: $(num "$disk_bw") MB/s (1 MiB writes, \`$(cmd disk)\`); server disk writes are qimd's /proc write_bytes over the measured seconds (WAL and checkpoints)."
   echo
   command_line "group$g-search"
 done

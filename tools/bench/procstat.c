@@ -67,12 +67,21 @@ int qim_proc_sample_read(pid_t pid, qim_proc_sample *out) {
     return -EINVAL;
   qim_proc_parse_kb(buf, "Threads", &threads); /* a count, same "Key: n" shape */
   out->threads = (uint32_t)threads;
+  /* Bytes, same shape; another user's process hides it (then 0: the figure is left out). */
+  snprintf(path, sizeof path, "/proc/%d/io", (int)pid);
+  out->write_bytes = 0;
+  if (slurp(path, buf, sizeof buf) == 0) qim_proc_parse_kb(buf, "write_bytes", &out->write_bytes);
   return 0;
 }
 
 double qim_proc_cpu_pct(const qim_proc_sample *a, const qim_proc_sample *b) {
   double wall = b->at_s - a->at_s;
   return wall > 0 ? 100.0 * (b->cpu_s - a->cpu_s) / wall : 0.0;
+}
+
+double qim_proc_write_mb_s(const qim_proc_sample *a, const qim_proc_sample *b) {
+  double wall = b->at_s - a->at_s;
+  return wall > 0 && b->write_bytes >= a->write_bytes ? (double)(b->write_bytes - a->write_bytes) / wall / 1e6 : 0.0;
 }
 
 int qim_sock_parse_sockstat(const char *text, qim_sock_sample *out) {

@@ -15,10 +15,11 @@ typedef struct qim_proc_sample {
   uint64_t rss_kb; /* VmRSS */
   uint64_t hwm_kb; /* VmHWM: peak RSS */
   uint32_t threads;
+  uint64_t write_bytes; /* /proc/<pid>/io write_bytes: what it sent to the disk (0 if unreadable) */
   double at_s; /* CLOCK_MONOTONIC when sampled */
 } qim_proc_sample;
 
-/* Samples /proc/<pid>/stat and status. 0, or -errno (-ENOENT: no such process). */
+/* Samples /proc/<pid>/stat, status and io. 0, or -errno (-ENOENT: no such process). */
 int qim_proc_sample_read(pid_t pid, qim_proc_sample *out);
 
 /*
@@ -32,6 +33,9 @@ int qim_proc_parse_kb(const char *text, const char *key, uint64_t *kb);
 
 /* CPU percent of one core used between two samples of the same process (0 if no time). */
 double qim_proc_cpu_pct(const qim_proc_sample *a, const qim_proc_sample *b);
+
+/* MB/s the process wrote to the disk between two samples (0 if no time). */
+double qim_proc_write_mb_s(const qim_proc_sample *a, const qim_proc_sample *b);
 
 /* The kernel's TCP socket accounting (/proc/net/sockstat) and slab total (/proc/meminfo). */
 typedef struct qim_sock_sample {

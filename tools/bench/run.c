@@ -244,6 +244,8 @@ void qim_bench_report(qim_bench_run *r, const char *human) {
     qim_bench_kv(r, "server_rss_start_kb", "%llu", (unsigned long long)r->srv_a.rss_kb);
     qim_bench_kv(r, "server_hwm_kb", "%llu", (unsigned long long)r->srv_b.hwm_kb);
     qim_bench_kv(r, "server_threads", "%u", r->srv_b.threads);
+    if (r->srv_b.write_bytes)
+      qim_bench_kv(r, "server_write_mb_s", "%.1f", qim_proc_write_mb_s(&r->srv_a, &r->srv_b));
     qim_bench_kv(r, "bench_cpu_pct", "%.1f", r->self_cpu_pct);
   }
   if (r->o->label) qim_bench_kv(r, "label", "%s", r->o->label);

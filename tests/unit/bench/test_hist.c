@@ -5,6 +5,7 @@
  * process names.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -125,6 +126,29 @@ static void test_sockstat_line(void **state) {
   assert_int_equal(qim_sock_parse_sockstat("UDP: inuse 0\n", &s), -EINVAL);
 }
 
+/* Written and synced bytes show in write_bytes (the build directory, where ctest runs, is
+ * on a disk: tmpfs pages never reach one). */
+static void test_disk_writes_of_this_process_are_counted(void **state) {
+  (void)state;
+  enum { MIB = 1 << 20, N = 4 };
+  char path[] = "qim-procio-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  unlink(path);
+  qim_proc_sample a, b;
+  assert_int_equal(qim_proc_sample_read(getpid(), &a), 0);
+  char *buf = calloc(1, MIB);
+  assert_non_null(buf);
+  for (int i = 0; i < N; i++) assert_int_equal(write(fd, buf, MIB), MIB);
+  assert_int_equal(fdatasync(fd), 0);
+  free(buf);
+  close(fd);
+  assert_int_equal(qim_proc_sample_read(getpid(), &b), 0);
+  assert_true(b.write_bytes - a.write_bytes >= (uint64_t)N * MIB);
+  assert_true(qim_proc_write_mb_s(&a, &b) > 0.0);
+  assert_true(qim_proc_write_mb_s(&b, &a) == 0.0); /* a reversed pair is no rate */
+}
+
 static void test_sampling_this_process(void **state) {
   (void)state;
   qim_proc_sample a, b;
@@ -155,6 +179,7 @@ int main(void) {
       cmocka_unit_test(test_status_keys),
       cmocka_unit_test(test_sockstat_line),
       cmocka_unit_test(test_sampling_this_process),
+      cmocka_unit_test(test_disk_writes_of_this_process_are_counted),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
