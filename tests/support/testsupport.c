@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 char *qim_test_tmpdir(const char *tag) {
@@ -41,4 +42,15 @@ bool qim_test_file_holds(const char *path, const char *needle) {
   bool found = memmem(buf, n, needle, strlen(needle)) != NULL;
   free(buf);
   return found;
+}
+
+int64_t qim_test_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void qim_test_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
 }

@@ -23,4 +23,19 @@ void qim_test_rmtree(char *path);
  * for tests that check what reached the disk. */
 bool qim_test_file_holds(const char *path, const char *needle);
 
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t qim_test_now_ms(void);
+
+/* Sleeps ms milliseconds: a poll's pause, never a way to wait for a result. */
+void qim_test_sleep_ms(int ms);
+
+/* Polls `cond` (an expression, evaluated again each time) every 2 ms until it holds or ms
+ * milliseconds pass; the test then asserts the condition itself, so a timeout fails there
+ * with the value it saw. */
+#define WAIT_FOR(cond, ms)                                            \
+  do {                                                                \
+    int64_t end_ = qim_test_now_ms() + (ms);                          \
+    while (!(cond) && qim_test_now_ms() < end_) qim_test_sleep_ms(2); \
+  } while (0)
+
 #endif

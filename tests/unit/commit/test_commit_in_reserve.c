@@ -165,7 +165,7 @@ static void test_failure_inside_the_reserve_leaves_it_reserved_and_recovery_fini
   fx_wait_committed(&f, &k);
   /* The store says Committed before the commit retires its live entry; a retry in
    * between would attach to that entry (Existing), so wait for it to go. */
-  for (int i = 0; i < 500 && stats_of(&f).live_entries; i++) usleep(10000);
+  WAIT_FOR(stats_of(&f).live_entries == 0, 5000);
   assert_int_equal(stats_of(&f).live_entries, 0);
   fx_outbox_read(&f, &o);
   assert_int_equal(o.n, 1);

@@ -252,11 +252,7 @@ static void test_failing_intent_holds_back_only_its_conversation(void **state) {
   assert_int_equal(qim_commit_recover_sync(f.commit, &t), 0);
   assert_int_equal(t.retried, 1);
   qim_commit_stats st;
-  for (int i = 0; i < 100; i++) {
-    qim_commit_get_stats(f.commit, &st);
-    if (st.step_failures >= 2) break;
-    usleep(10000);
-  }
+  WAIT_FOR((qim_commit_get_stats(f.commit, &st), st.step_failures >= 2), 1000);
   assert_int_equal(st.step_failures, 2);
   /* The store recovers: both commit, in order; the retry of the second gets its ACK. */
   atomic_store(&bl.on, 0);

@@ -121,7 +121,7 @@ static void test_failing_orphan_is_retried_with_backoff_and_never_skipped(void *
   qim_manual_clock_advance(&f.clock, 60);
   assert_int_equal(qim_commit_recover_sync(f.commit, &t), 0);
   assert_int_equal(t.retried, 1);
-  for (int i = 0; i < 100 && atomic_load(&bl.hits) < 2; i++) usleep(10000);
+  WAIT_FOR(atomic_load(&bl.hits) >= 2, 1000);
   assert_int_equal(atomic_load(&bl.hits), 2);
   qim_manual_clock_advance(&f.clock, 150);
   assert_int_equal(qim_commit_recover_sync(f.commit, &t), 0);
@@ -239,11 +239,7 @@ static void test_maintenance_recovers_at_start_and_forgets_periodically(void **s
   qim_manual_clock_advance(&f.clock, 61000);
   qim_loaded_commit lc;
   int rc = 0;
-  for (int i = 0; i < 500; i++) {
-    rc = qim_commit_load_sync(f.commit, &k, &lc);
-    if (rc == QIM_E_MESSAGE_STORE_COMMIT_NOT_FOUND) break;
-    usleep(10000);
-  }
+  WAIT_FOR((rc = qim_commit_load_sync(f.commit, &k, &lc)) == QIM_E_MESSAGE_STORE_COMMIT_NOT_FOUND, 5000);
   assert_int_equal(rc, QIM_E_MESSAGE_STORE_COMMIT_NOT_FOUND);
   fx_close(&f);
 }

@@ -2,7 +2,7 @@
  * testsrv.h — a qim_net server on 127.0.0.1 with an ephemeral port and a handler that
  * records what happens, for the gateway's socket tests. The handler runs on loop
  * threads, so it never asserts: it records under a mutex, and the test thread reads
- * through the locked getters and waits with WAIT_FOR().
+ * through the locked getters and waits with WAIT_FOR() (testsupport.h).
  *
  * Handler behaviour: text and binary messages are echoed with their opcode, except
  * these text commands: "close:<code>" (qim_conn_close), "flood:<n>:<size>" (n text
@@ -230,13 +230,5 @@ static inline qim_net_stats tsrv_stats(tsrv *s) {
   qim_net_stats_get(s->net, &st);
   return st;
 }
-
-/* Polls `cond` (an expression) every 2 ms until it holds or ms milliseconds pass; the
- * test then asserts the condition itself. */
-#define WAIT_FOR(cond, ms)                               \
-  do {                                                   \
-    int64_t end_ = wsc_now_ms() + (ms);                  \
-    while (!(cond) && wsc_now_ms() < end_) usleep(2000); \
-  } while (0)
 
 #endif /* QIM_TEST_TESTSRV_H */

@@ -171,10 +171,7 @@ static void test_the_sweeper_task_runs_by_itself_until_stopped(void **state) {
   assert_int_equal(qim_history_sweeper_start(x->history), -EALREADY);
   qim_manual_clock_advance(&x->clock, DAY + 1);
   bool gone = false;
-  for (int i = 0; i < 200 && !gone; i++) {
-    usleep(10 * 1000);
-    gone = hx_state(x, 1, seq) == QIM_MESSAGE_STATE_DELETED;
-  }
+  WAIT_FOR((gone = hx_state(x, 1, seq) == QIM_MESSAGE_STATE_DELETED), 2000);
   qim_history_sweeper_stop(x->history);
   assert_true(gone);
   qim_history_sweeper_stop(x->history); /* stopping twice is harmless */
