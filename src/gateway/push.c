@@ -217,21 +217,17 @@ static void deliver_gone(gw_push *p, gw_session *const *v, size_t n, qim_convers
   qim_ws_frame_unref(fm);
 }
 
-/* The entry's own user's membership changed: its `me` sessions not attached to the
- * topic learn it (Tinode: pres acs for a new or changed subscription, gone when it ends). */
-static void membership_to_me(gw_push *p, const qim_mailbox_entry *e, const char *topic,
-                             const char *user, bool gone, const char *mode, gw_session *const *v,
-                             size_t n) {
-  char self[QIM_TOPIC_NAME_CAP];
-  qim_user_id_format(e->user_id, self, sizeof self);
-  if (strcmp(self, user) != 0) return;
+/* The entry's own user's membership changed (g names it): its `me` sessions not attached
+ * to the topic learn it (Tinode: pres acs for a new or changed subscription, gone when it
+ * ends). */
+static void membership_to_me(gw_push *p, qim_conversation_id conv, const char *topic, const gw_change *g,
+                             gw_session *const *v, size_t n) {
   size_t len;
-  qim_proto_pres_frame pr = {.topic = "me", .src = topic, .what = gone ? "gone" : "acs"};
-  if (!gone) pr.dacs_want = pr.dacs_given = mode;
+  qim_proto_pres_frame pr = {.topic = "me", .src = topic, .what = g->gone ? "gone" : "acs"};
+  if (!g->gone) pr.dacs_want = pr.dacs_given = g->mode;
   qim_ws_frame *f = frame_of(qim_proto_pres(&pr, &len), &len);
   for (size_t i = 0; i < n; i++)
-    if (v[i]->me && !qim__gw_session_attached(v[i], e->coordinates.conversation_id))
-      send_frame(v[i], f, &p->l->gw->st_pres);
+    if (v[i]->me && !qim__gw_session_attached(v[i], conv)) send_frame(v[i], f, &p->l->gw->st_pres);
   qim_ws_frame_unref(f);
 }
 
@@ -280,11 +276,11 @@ static void deliver_membership(gw_push *p, const qim_mailbox_entry *e, const cha
   bool evicted = false;
   for (size_t i = 0; i < c->n; i++) {
     const gw_change *g = &c->v[i];
-    bool self_evicted = g->evicts && strcmp(g->user, self) == 0;
-    evicted = evicted || self_evicted;
+    bool own = strcmp(g->user, self) == 0;
+    evicted = evicted || (own && g->evicts);
     if (!g->mode) continue;
     to_attached(v, n, conv, g->acs, &p->l->gw->st_pres);
-    if (!self_evicted) membership_to_me(p, e, topic, g->user, g->gone, g->mode, v, n); /* else deliver_gone tells `me` */
+    if (own && !g->evicts) membership_to_me(p, conv, topic, g, v, n); /* else deliver_gone tells `me` */
   }
   if (evicted) deliver_gone(p, v, n, conv, topic, false);
 }
