@@ -60,17 +60,23 @@ typedef struct gw_change {
   qim_ws_frame *acs;       /* {pres what:"acs" src:user dacs:mode} on the topic, when mode */
 } gw_change;
 
-/* A Membership message parsed once per batch: a large group's change reaches every
- * member's entry, and parsing it and building its frames again per entry cost the loops
- * a third of their time while a 1,000-member group filled up. */
-typedef struct gw_changes {
+/* The last Membership or history Control delivered, parsed once per batch with its frames:
+ * a large group's Control reaches every member's entry, and parsing it and building its
+ * frames again per entry cost the loops a third of their time while a 1,000-member group
+ * filled up. Keyed like the message frames (message id and topic name). */
+typedef struct gw_control {
   qim_message_id id;
   char topic[QIM_TOPIC_NAME_CAP];
-  bool have, deleted; /* deleted: op "delete", the whole group is gone */
+  bool have;
   json_t *json;
+  /* Membership */
+  bool deleted; /* op "delete": the whole group is gone */
   gw_change *v;
   size_t n;
-} gw_changes;
+  /* history: a deletion ("del"); other ops carry nothing a Tinode client needs live */
+  bool del;
+  qim_ws_frame *del_topic, *del_me; /* to attached sessions, to `me` sessions */
+} gw_control;
 
 typedef struct gw_push {
   qim_cq_item it;
@@ -87,7 +93,7 @@ typedef struct gw_push {
   char cached_topic[QIM_TOPIC_NAME_CAP];
   bool have_cache;
   qim_ws_frame *data, *pres_act, *pres_own;
-  gw_changes changes; /* the last Membership message's, shared the same way */
+  gw_control control; /* the last Control's, shared the same way */
 } gw_push;
 
 static void cache_clear(gw_push *p) {
@@ -98,16 +104,18 @@ static void cache_clear(gw_push *p) {
   p->have_cache = false;
 }
 
-static void changes_clear(gw_changes *c) {
+static void control_clear(gw_control *c) {
   for (size_t i = 0; i < c->n; i++) qim_ws_frame_unref(c->v[i].acs);
   qim_free(c->v);
+  qim_ws_frame_unref(c->del_topic);
+  qim_ws_frame_unref(c->del_me);
   json_decref(c->json);
-  *c = (gw_changes){0};
+  *c = (gw_control){0};
 }
 
 static void push_free(gw_push *p) {
   cache_clear(p);
-  changes_clear(&p->changes);
+  control_clear(&p->control);
   if (p->fetched) qim_message_record_free(&p->get.out);
   qim_mailbox_push_batch_free(p->b);
   qim_free(p);
@@ -186,6 +194,18 @@ static json_t *control_json(const qim_mailbox_entry *e) {
   return b->n ? json_loadb((const char *)b->p, b->n, 0, NULL) : NULL;
 }
 
+/* true when c holds entry e's Control already; otherwise parses it into c (false): the
+ * caller then reads what it needs and builds the frames. */
+static bool control_cached(gw_control *c, const qim_mailbox_entry *e, const char *topic) {
+  if (c->have && memcmp(c->id.b, e->coordinates.message_id.b, 16) == 0 && strcmp(c->topic, topic) == 0) return true;
+  control_clear(c);
+  c->have = true;
+  c->id = e->coordinates.message_id;
+  snprintf(c->topic, sizeof c->topic, "%s", topic);
+  c->json = control_json(e);
+  return false;
+}
+
 static void to_attached(gw_session *const *v, size_t n, qim_conversation_id conv, qim_ws_frame *f,
                         _Atomic uint64_t *counter) {
   for (size_t i = 0; i < n; i++)
@@ -231,14 +251,9 @@ static void membership_to_me(gw_push *p, qim_conversation_id conv, const char *t
   qim_ws_frame_unref(f);
 }
 
-/* Parses entry e's Membership message into c and builds its frames, unless c holds it. */
-static void changes_load(gw_changes *c, const qim_mailbox_entry *e, const char *topic) {
-  if (c->have && memcmp(c->id.b, e->coordinates.message_id.b, 16) == 0 && strcmp(c->topic, topic) == 0) return;
-  changes_clear(c);
-  c->have = true;
-  c->id = e->coordinates.message_id;
-  snprintf(c->topic, sizeof c->topic, "%s", topic);
-  c->json = control_json(e);
+/* Entry e's Membership changes and their frames in c, unless c holds them. */
+static void changes_load(gw_control *c, const qim_mailbox_entry *e, const char *topic) {
+  if (control_cached(c, e, topic)) return;
   const char *op = json_string_value(json_object_get(c->json, "op"));
   c->deleted = op && strcmp(op, "delete") == 0;
   json_t *changes = json_object_get(c->json, "changes");
@@ -264,7 +279,7 @@ static void changes_load(gw_changes *c, const qim_mailbox_entry *e, const char *
 
 static void deliver_membership(gw_push *p, const qim_mailbox_entry *e, const char *topic,
                                gw_session *const *v, size_t n) {
-  gw_changes *c = &p->changes;
+  gw_control *c = &p->control;
   changes_load(c, e, topic);
   qim_conversation_id conv = e->coordinates.conversation_id;
   if (c->deleted) { /* the whole group is gone: no per-member acs */
@@ -299,15 +314,13 @@ static size_t ranges_from(json_t *a, qim_proto_range *r, size_t k, size_t cap) {
   return k;
 }
 
-static void deliver_history(gw_push *p, const qim_mailbox_entry *e, const char *topic,
-                            gw_session *const *v, size_t n) {
-  json_t *j = control_json(e);
+/* Entry e's history deletion and its frames in c, unless c holds them. */
+static void deletion_load(gw_control *c, const qim_mailbox_entry *e, const char *topic) {
+  if (control_cached(c, e, topic)) return;
+  json_t *j = c->json;
   const char *op = json_string_value(json_object_get(j, "op"));
-  if (!op || strcmp(op, "del") != 0) {
-    json_decref(j); /* edit, read, expire: nothing a Tinode client needs live */
-    return;
-  }
-  qim_conversation_id conv = e->coordinates.conversation_id;
+  c->del = op && strcmp(op, "del") == 0;
+  if (!c->del) return;
   qim_proto_range r[QIM_PROTO_RANGES_MAX];
   size_t k = ranges_from(json_object_get(j, "deleted"), r, 0, QIM_PROTO_RANGES_MAX);
   k = ranges_from(json_object_get(j, "recalled"), r, k, QIM_PROTO_RANGES_MAX);
@@ -316,18 +329,23 @@ static void deliver_history(gw_push *p, const qim_mailbox_entry *e, const char *
   size_t len;
   qim_proto_pres_frame pr = {.topic = topic, .src = json_string_value(json_object_get(j, "actor")), .what = "del",
                              .clear = (uint32_t)delid, .delseq = r, .delseq_n = k};
-  qim_ws_frame *f = frame_of(qim_proto_pres(&pr, &len), &len);
+  c->del_topic = frame_of(qim_proto_pres(&pr, &len), &len);
   qim_proto_pres_frame me = {.topic = "me", .src = topic, .what = "del", .clear = (uint32_t)delid};
-  qim_ws_frame *fm = frame_of(qim_proto_pres(&me, &len), &len);
+  c->del_me = frame_of(qim_proto_pres(&me, &len), &len);
+}
+
+static void deliver_history(gw_push *p, const qim_mailbox_entry *e, const char *topic,
+                            gw_session *const *v, size_t n) {
+  gw_control *c = &p->control;
+  deletion_load(c, e, topic);
+  if (!c->del) return; /* edit, read, expire: nothing a Tinode client needs live */
+  qim_conversation_id conv = e->coordinates.conversation_id;
   for (size_t i = 0; i < n; i++) {
     if (qim__gw_session_attached(v[i], conv))
-      send_frame(v[i], f, &p->l->gw->st_pres);
+      send_frame(v[i], c->del_topic, &p->l->gw->st_pres);
     else if (v[i]->me)
-      send_frame(v[i], fm, &p->l->gw->st_pres);
+      send_frame(v[i], c->del_me, &p->l->gw->st_pres);
   }
-  qim_ws_frame_unref(f);
-  qim_ws_frame_unref(fm);
-  json_decref(j);
 }
 
 /* ---- the batch queue ------------------------------------------------------------------------------- */

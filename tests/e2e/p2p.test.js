@@ -122,8 +122,15 @@ test('p2p: soft delete hides for one side; a recall of one’s own message reach
   assert.deepEqual(b.shown(a.uid), [2, 3]);
   assert.deepEqual((await history(a, b.uid, a.topic(b.uid).startMetaQuery().withData(1).build())).seqs, [1, 2, 3]);
   const mb2 = b.mark();
+  const ma2 = a.mark();
   const hard = await a.topic(b.uid).delMessagesList([2], true);
   assert.equal(hard.code, 200);
+  // One Control reaches both users; each names the conversation after the other.
+  const pa = await a.wait('pres', (x) => x.what === 'del' && x.delseq && x.delseq[0].low === 2, {
+    since: ma2,
+    what: 'pres del of seq 2 at alice',
+  });
+  assert.equal(pa.topic, b.uid, 'alice sees it on usr<bob>');
   // (bob's own soft delete also comes back to his devices as pres del {low:1}.)
   const p = await b.wait('pres', (x) => x.topic === a.uid && x.what === 'del' && x.delseq && x.delseq[0].low === 2, {
     since: mb2,
