@@ -16,7 +16,8 @@
  *               attached sessions (hard: every member's; soft: only the deleter's own),
  *               {pres topic:"me" what:"del"} to `me` sessions; other Controls (edits, read
  *               positions) carry nothing a Tinode client needs live.
- * One serialized frame is shared by every receiver of the same message on this loop.
+ * One serialized frame is shared by every receiver of the same message (or Control) in a
+ * batch on this loop.
  *
  * Bodies larger than the inline threshold are not in mailbox entries: the record is read
  * from the store (asynchronously, on this loop) before the entry is delivered. Batches
