@@ -61,23 +61,26 @@ typedef struct gw_change {
   qim_ws_frame *acs;       /* {pres what:"acs" src:user dacs:mode} on the topic, when mode */
 } gw_change;
 
-/* The last Membership or history Control delivered, parsed once per batch with its frames:
- * a large group's Control reaches every member's entry, and parsing it and building its
- * frames again per entry cost the loops a third of their time while a 1,000-member group
- * filled up. Keyed like the message frames (message id and topic name). */
-typedef struct gw_control {
+/* What the last entry delivered needed, kept for the entries after it: a batch holds each
+ * message's entries one after the other, so its receivers here share one serialization
+ * (and a large group's Control is parsed once, not per member: that per-entry parse and
+ * frame build cost the loops a third of their time while a 1,000-member group filled up).
+ * Keyed by message id AND topic name: the two users of a direct conversation name it
+ * differently, so each needs frames of its own. */
+typedef struct gw_cache {
   qim_message_id id;
   char topic[QIM_TOPIC_NAME_CAP];
   bool have;
+  /* a Message */
+  qim_ws_frame *data, *pres_act, *pres_own;
+  /* a Control */
   json_t *json;
-  /* Membership */
-  bool deleted; /* op "delete": the whole group is gone */
-  gw_change *v;
+  bool deleted; /* Membership op "delete": the whole group is gone */
+  gw_change *v; /* Membership changes */
   size_t n;
-  /* history: a deletion ("del"); other ops carry nothing a Tinode client needs live */
-  bool del;
+  bool del; /* a history deletion; other history ops carry nothing a Tinode client needs live */
   qim_ws_frame *del_topic, *del_me; /* to attached sessions, to `me` sessions */
-} gw_control;
+} gw_cache;
 
 typedef struct gw_push {
   qim_cq_item it;
@@ -88,35 +91,36 @@ typedef struct gw_push {
   qim_store_record_get_req get;  /* the body of entry `next`, when not inline */
   bool fetching, fetched;
   qim_store_conv_get_req kind; /* the conversation of entry `next`, when its kind is unknown */
-  /* Frames of the last message delivered, shared by all its receivers here (same message
-   * and same topic name: the two users of a direct conversation name it differently). */
-  qim_message_id cached;
-  char cached_topic[QIM_TOPIC_NAME_CAP];
-  bool have_cache;
-  qim_ws_frame *data, *pres_act, *pres_own;
-  gw_control control; /* the last Control's, shared the same way */
+  gw_cache cache;
 } gw_push;
 
-static void cache_clear(gw_push *p) {
-  qim_ws_frame_unref(p->data);
-  qim_ws_frame_unref(p->pres_act);
-  qim_ws_frame_unref(p->pres_own);
-  p->data = p->pres_act = p->pres_own = NULL;
-  p->have_cache = false;
-}
-
-static void control_clear(gw_control *c) {
+static void cache_clear(gw_cache *c) {
+  qim_ws_frame_unref(c->data);
+  qim_ws_frame_unref(c->pres_act);
+  qim_ws_frame_unref(c->pres_own);
   for (size_t i = 0; i < c->n; i++) qim_ws_frame_unref(c->v[i].acs);
   qim_free(c->v);
   qim_ws_frame_unref(c->del_topic);
   qim_ws_frame_unref(c->del_me);
   json_decref(c->json);
-  *c = (gw_control){0};
+  *c = (gw_cache){0};
+}
+
+/* Does c hold what entry e, named `topic` for its user, needs? */
+static bool cache_hit(const gw_cache *c, const qim_mailbox_entry *e, const char *topic) {
+  return c->have && memcmp(c->id.b, e->coordinates.message_id.b, 16) == 0 && strcmp(c->topic, topic) == 0;
+}
+
+/* Empties c and keys it to entry e; the caller fills it. */
+static void cache_set(gw_cache *c, const qim_mailbox_entry *e, const char *topic) {
+  cache_clear(c);
+  c->have = true;
+  c->id = e->coordinates.message_id;
+  snprintf(c->topic, sizeof c->topic, "%s", topic);
 }
 
 static void push_free(gw_push *p) {
-  cache_clear(p);
-  control_clear(&p->control);
+  cache_clear(&p->cache);
   if (p->fetched) qim_message_record_free(&p->get.out);
   qim_mailbox_push_batch_free(p->b);
   qim_free(p);
@@ -138,10 +142,8 @@ static void send_frame(gw_session *s, qim_ws_frame *f, _Atomic uint64_t *counter
 
 static void build_message(gw_push *p, const qim_mailbox_entry *e, const qim_message_content *c,
                           const char *topic) {
-  cache_clear(p);
-  p->cached = e->coordinates.message_id;
-  snprintf(p->cached_topic, sizeof p->cached_topic, "%s", topic);
-  p->have_cache = true;
+  gw_cache *k = &p->cache;
+  cache_set(k, e, topic);
   char from[QIM_TOPIC_NAME_CAP];
   qim_user_id_format(e->sender_id, from, sizeof from);
   json_t *head = NULL, *content = NULL;
@@ -149,24 +151,23 @@ static void build_message(gw_push *p, const qim_mailbox_entry *e, const qim_mess
   if (c && qim_history_content_to_tinode(c, &head, &content) == 0) {
     qim_proto_data_frame d = {.topic = topic, .from = from, .ts_ms = e->created_at,
                               .seq = (uint32_t)e->coordinates.conversation_seq, .head = head, .content = content};
-    p->data = frame_of(qim_proto_data(&d, &len), &len);
+    k->data = frame_of(qim_proto_data(&d, &len), &len);
   }
   json_decref(head);
   json_decref(content);
   qim_proto_pres_frame pr = {.topic = "me", .src = topic, .what = "msg",
                              .seq = (uint32_t)e->coordinates.conversation_seq, .act = from};
-  p->pres_act = frame_of(qim_proto_pres(&pr, &len), &len);
+  k->pres_act = frame_of(qim_proto_pres(&pr, &len), &len);
   pr.act = NULL; /* Tinode leaves act out when the receiver sent the message */
-  p->pres_own = frame_of(qim_proto_pres(&pr, &len), &len);
+  k->pres_own = frame_of(qim_proto_pres(&pr, &len), &len);
 }
 
 static void deliver_message(gw_push *p, const qim_mailbox_entry *e, const qim_message_content *c,
                             const char *topic, gw_session *const *v, size_t n) {
   qim_gateway *g = p->l->gw;
   qim_conversation_id conv = e->coordinates.conversation_id;
-  if (!p->have_cache || memcmp(p->cached.b, e->coordinates.message_id.b, 16) != 0 ||
-      strcmp(p->cached_topic, topic) != 0)
-    build_message(p, e, c, topic);
+  if (!cache_hit(&p->cache, e, topic)) build_message(p, e, c, topic);
+  const gw_cache *k = &p->cache;
   bool own = qim_u128_eq(e->sender_id.v, e->user_id.v);
   for (size_t i = 0; i < n; i++) {
     gw_session *s = v[i];
@@ -175,14 +176,14 @@ static void deliver_message(gw_push *p, const qim_mailbox_entry *e, const qim_me
       if (e->coordinates.conversation_seq <= a->since) continue; /* history, not live */
       if (own && e->has_client_message_id && qim__gw_session_noecho_take(s, &e->client_message_id))
         continue;
-      if (own && e->has_client_message_id && p->data &&
-          qim__gw_pending_hold(s, &e->client_message_id, p->data)) {
+      if (own && e->has_client_message_id && k->data &&
+          qim__gw_pending_hold(s, &e->client_message_id, k->data)) {
         atomic_fetch_add(&g->st_data, 1); /* sent right after the 202 */
         continue;
       }
-      send_frame(s, p->data, &g->st_data);
+      send_frame(s, k->data, &g->st_data);
     } else if (s->me) {
-      send_frame(s, own ? p->pres_own : p->pres_act, &g->st_pres);
+      send_frame(s, own ? k->pres_own : k->pres_act, &g->st_pres);
     }
   }
 }
@@ -197,12 +198,9 @@ static json_t *control_json(const qim_mailbox_entry *e) {
 
 /* true when c holds entry e's Control already; otherwise parses it into c (false): the
  * caller then reads what it needs and builds the frames. */
-static bool control_cached(gw_control *c, const qim_mailbox_entry *e, const char *topic) {
-  if (c->have && memcmp(c->id.b, e->coordinates.message_id.b, 16) == 0 && strcmp(c->topic, topic) == 0) return true;
-  control_clear(c);
-  c->have = true;
-  c->id = e->coordinates.message_id;
-  snprintf(c->topic, sizeof c->topic, "%s", topic);
+static bool control_cached(gw_cache *c, const qim_mailbox_entry *e, const char *topic) {
+  if (cache_hit(c, e, topic)) return true;
+  cache_set(c, e, topic);
   c->json = control_json(e);
   return false;
 }
@@ -253,7 +251,7 @@ static void membership_to_me(gw_push *p, qim_conversation_id conv, const char *t
 }
 
 /* Entry e's Membership changes and their frames in c, unless c holds them. */
-static void changes_load(gw_control *c, const qim_mailbox_entry *e, const char *topic) {
+static void changes_load(gw_cache *c, const qim_mailbox_entry *e, const char *topic) {
   if (control_cached(c, e, topic)) return;
   const char *op = json_string_value(json_object_get(c->json, "op"));
   c->deleted = op && strcmp(op, "delete") == 0;
@@ -280,7 +278,7 @@ static void changes_load(gw_control *c, const qim_mailbox_entry *e, const char *
 
 static void deliver_membership(gw_push *p, const qim_mailbox_entry *e, const char *topic,
                                gw_session *const *v, size_t n) {
-  gw_control *c = &p->control;
+  gw_cache *c = &p->cache;
   changes_load(c, e, topic);
   qim_conversation_id conv = e->coordinates.conversation_id;
   if (c->deleted) { /* the whole group is gone: no per-member acs */
@@ -316,7 +314,7 @@ static size_t ranges_from(json_t *a, qim_proto_range *r, size_t k, size_t cap) {
 }
 
 /* Entry e's history deletion and its frames in c, unless c holds them. */
-static void deletion_load(gw_control *c, const qim_mailbox_entry *e, const char *topic) {
+static void deletion_load(gw_cache *c, const qim_mailbox_entry *e, const char *topic) {
   if (control_cached(c, e, topic)) return;
   json_t *j = c->json;
   const char *op = json_string_value(json_object_get(j, "op"));
@@ -337,7 +335,7 @@ static void deletion_load(gw_control *c, const qim_mailbox_entry *e, const char 
 
 static void deliver_history(gw_push *p, const qim_mailbox_entry *e, const char *topic,
                             gw_session *const *v, size_t n) {
-  gw_control *c = &p->control;
+  gw_cache *c = &p->cache;
   deletion_load(c, e, topic);
   if (!c->del) return; /* edit, read, expire: nothing a Tinode client needs live */
   qim_conversation_id conv = e->coordinates.conversation_id;
@@ -480,8 +478,9 @@ static bool step(gw_push *p) {
     }
     if (e->event_type == QIM_EVENT_TYPE_MESSAGE) {
       const qim_message_content *c = e->has_content && e->body_included ? &e->content : NULL;
-      bool cached = p->have_cache && memcmp(p->cached.b, e->coordinates.message_id.b, 16) == 0;
-      if (!c && !cached && !p->fetched) {
+      /* Not the frames of another user's name for it: those cannot be reused, and the
+       * body they were built from is gone (a second read then). */
+      if (!c && !cache_hit(&p->cache, e, topic) && !p->fetched) {
         if (fetch(p, e)) return false;
         continue;
       }

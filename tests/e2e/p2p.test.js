@@ -143,6 +143,30 @@ test('p2p: soft delete hides for one side; a recall of one’s own message reach
   assert.deepEqual(b2.shown(a.uid), [3], 'bob: 1 soft-deleted by him, 2 recalled by alice');
 });
 
+test('p2p: a body too large to inline reaches every session of both users live', async (ctx) => {
+  // Bodies over the inline threshold (4 KiB) are read from history by the loop that
+  // pushes them. The two users name the conversation differently, so each user's entry
+  // needs its own frame from that body. Four sessions each put both users on one loop
+  // (SO_REUSEPORT spreads connections over the two loops) all but surely.
+  const a = await newUser(ctx, 'alice');
+  const b = await newUser(ctx, 'bob');
+  const as = [a], bs = [b];
+  for (let i = 0; i < 3; i++) as.push(await tokenSession(ctx, a));
+  for (let i = 0; i < 3; i++) bs.push(await tokenSession(ctx, b));
+  for (const c of as) await talkTo(c, b);
+  for (const c of bs) await talkTo(c, a);
+  const marks = [...as, ...bs].map((c) => c.mark());
+  const big = 'x'.repeat(20000);
+  const seq = await publish(a, b.uid, big);
+  const all = [...as.map((c) => [c, b.uid]), ...bs.map((c) => [c, a.uid])];
+  for (let i = 0; i < all.length; i++) {
+    const [c, name] = all[i];
+    if (c === a) continue; // the publishing session: its own {data} is the SDK's echo, checked by publish
+    const d = await received(c, name, seq, marks[i]);
+    assert.equal(d.content, big, `${c.label}: the whole body`);
+  }
+});
+
 test('p2p: wrong names — unknown user 404, own id 404, pub without sub 409, data without sub 403', async (ctx) => {
   const a = await newUser(ctx, 'alice');
   const b = await newUser(ctx, 'bob');
