@@ -141,6 +141,11 @@ static size_t batch_count(const qim_store_mailbox_append_req *r) {
   return r->batch_count ? r->batch_count : 1;
 }
 
+/* The message a batch's entries are of (batch_valid holds them to one), or NULL for none. */
+static const uint8_t *batch_message(const qim_append_mailbox_batch *b) {
+  return b->entry_count ? b->entries[0].coordinates.message_id.b : NULL;
+}
+
 static int batch_valid(const sq_store *st, const qim_append_mailbox_batch *b) {
   if (!lane_valid(st, b->shard, b->lane) || (b->entry_count && !b->entries)) return -EINVAL;
   const qim_dispatch_progress *p = &b->progress;
@@ -153,7 +158,7 @@ static int batch_valid(const sq_store *st, const qim_append_mailbox_batch *b) {
   if (!has_chunk) return -EINVAL; /* the progress written must include this chunk */
   for (size_t i = 0; i < b->entry_count; i++)
     if (b->entries[i].mailbox_seq != b->mailbox_seq ||
-        memcmp(b->entries[i].coordinates.message_id.b, b->entries[0].coordinates.message_id.b, 16))
+        memcmp(b->entries[i].coordinates.message_id.b, batch_message(b), 16))
       return -EINVAL;
   return 0;
 }
@@ -202,8 +207,8 @@ static int read_progress(sq_conn *c, const qim_append_mailbox_batch *b, const qi
   const uint8_t *stored = sqlite3_column_blob(st, 2);
   size_t n = (size_t)sqlite3_column_bytes(st, 2);
   const void *message = sqlite3_column_blob(st, 4);
-  bool other_message = message && b->entry_count && sqlite3_column_bytes(st, 4) == 16 &&
-                       memcmp(message, b->entries[0].coordinates.message_id.b, 16) != 0;
+  bool other_message = message && batch_message(b) && sqlite3_column_bytes(st, 4) == 16 &&
+                       memcmp(message, batch_message(b), 16) != 0;
   if (sq_col_u64(st, 0) != b->shard || out->mseq != b->mailbox_seq || other_message ||
       !chunks_subset(stored, n, chunks->p, chunks->n))
     return qim_err_raise(QIM_E_MATERIALIZE_PROGRESS_CONFLICT);
@@ -268,7 +273,7 @@ static int write_progress(sq_conn *c, const qim_append_mailbox_batch *b, const q
   sq_bind_blob(st, 5, chunks->p, chunks->n);
   if (b->progress.has_completed_at) sq_bind_u64(st, 6, b->progress.completed_at);
   sq_bind_blob(st, 7, applied->p, applied->n);
-  if (b->entry_count) sq_bind_id16(st, 8, b->entries[0].coordinates.message_id.b);
+  if (batch_message(b)) sq_bind_id16(st, 8, batch_message(b));
   return sq_run(c, st);
 }
 
