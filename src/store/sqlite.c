@@ -32,6 +32,7 @@
 #define DEFAULT_READERS 2
 #define DEFAULT_MAX_BATCH 512
 #define DEFAULT_CHECKPOINT_FRAMES 16000
+#define DEFAULT_SETTLE_ENTRIES 16384
 #define MAX_READERS 64
 /* An idle writer truncates the WAL after this long, so overwritten (deleted) content
  * does not linger in old WAL frames (DESIGN.md §1 rule 7). */
@@ -882,6 +883,7 @@ static void store_close(qim_store *s) {
   queue_destroy(&st->rq);
   qim_free(st->readers);
   qim_free(st->rconns);
+  qim_free(st->unsettled);
   qim_free(st->path);
   qim_free(st);
 }
@@ -951,6 +953,7 @@ static void apply_defaults(qim_store_options *o) {
   if (o->reader_threads > MAX_READERS) o->reader_threads = MAX_READERS;
   if (!o->max_batch) o->max_batch = DEFAULT_MAX_BATCH;
   if (!o->checkpoint_frames) o->checkpoint_frames = DEFAULT_CHECKPOINT_FRAMES;
+  if (!o->settle_entries) o->settle_entries = DEFAULT_SETTLE_ENTRIES;
 }
 
 /* Starts the syncer, the checkpointer, the writer, then the readers; *writer_started
@@ -990,6 +993,7 @@ static void open_fail(sq_store *st, bool threads) {
   queue_destroy(&st->rq);
   pthread_mutex_destroy(&st->inline_mu);
   qim_free(st->rconns);
+  qim_free(st->unsettled);
   qim_free(st->path);
   qim_free(st);
 }
@@ -1013,6 +1017,9 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
   if (rc == 0) rc = sq_schema_layout(&st->wconn, &st->opt.shards);
   if (rc == 0) rc = sq_schema_migrate(&st->wconn, &st->opt.shards);
   if (rc == 0 && opt->layout_out) *opt->layout_out = st->opt.shards;
+  if (rc == 0)
+    st->unsettled = qim_calloc((size_t)st->opt.shards.shard_count * st->opt.shards.lanes_per_shard,
+                               sizeof *st->unsettled);
   if (rc == 0) {
     /* The hook counts pages against the WAL's size: start from what is in it already
      * (the schema, or what a crash left), not from zero. */

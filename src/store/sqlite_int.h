@@ -181,6 +181,11 @@ struct sq_store {
   sq_ckpt ckpt;
   sq_sync sync;
   uint32_t linger_gain, linger_skipped; /* writer thread only: see linger() in sqlite.c */
+  /* Writer thread only: what each (shard, lane) wrote since it last settled, in lane
+   * order (sqlite_mailbox.c); a trigger, not a record: it starts at 0 on open. */
+  struct sq_unsettled {
+    uint32_t entries, batches;
+  } *unsettled;
   struct {
     _Atomic uint64_t operations, transactions, fsyncs, failed, rejected, reads, pages;
     _Atomic uint64_t hist[8];

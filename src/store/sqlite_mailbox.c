@@ -10,7 +10,15 @@
  * Idempotence: a batch is keyed by (dispatch_id, lane, chunk): the progress row of
  * (dispatch_id, lane) lists the chunks applied (`applied`), and a replay finds its chunk
  * there and returns the original receipt without writing. Entries are
- * also unique by (tenant, user, mailbox_seq, ordinal) and inserted with OR IGNORE.
+ * also unique by their lane position (shard, lane, mailbox_seq, tenant, user, ordinal)
+ * and inserted with OR IGNORE.
+ *
+ * Settling: an entry is written at its lane position only; it enters the per-user index
+ * (`mailbox_index`) when its lane settles, in one sorted pass over every entry up to the
+ * lane's watermark, once the lane has written settle_entries since the last one. The lane
+ * row records how far it settled; a range reads the index up to there and the lane's own
+ * rows above it. Why: an index insert per entry dirtied its user's page, ~1,000 pages of
+ * WAL per message to a group of 1,000 (schema version 6 in sqlite_schema.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -19,6 +27,7 @@
 #include "qim/err.h"
 #include "qim/mem.h"
 #include "qim/record.h"
+#include "qim/shard.h"
 #include "store/sqlite_int.h"
 
 #define MATERIALIZE_ERRORS \
@@ -32,6 +41,11 @@ static bool shard_valid(const sq_store *st, qim_mailbox_shard_id shard) {
 
 static bool lane_valid(const sq_store *st, qim_mailbox_shard_id shard, qim_lane_id lane) {
   return shard_valid(st, shard) && lane < st->opt.shards.lanes_per_shard;
+}
+
+/* The lane's slot in sq_store.unsettled. */
+static struct sq_unsettled *unsettled_of(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane) {
+  return &c->st->unsettled[(size_t)shard * c->st->opt.shards.lanes_per_shard + lane];
 }
 
 /* ---- shards --------------------------------------------------------------------------------- */
@@ -245,6 +259,7 @@ static int insert_entry(sq_conn *c, const qim_append_mailbox_batch *b, const qim
   sq_bind_blob(st, 10, body.p, body.n);
   rc = sq_run(c, st);
   qim_bytes_free(&body);
+  if (rc == 0 && sq_changes(c)) unsettled_of(c, b->shard, b->lane)->entries++;
   return rc;
 }
 
@@ -288,6 +303,7 @@ static int append_one(sq_conn *c, const qim_append_mailbox_batch *b, qim_durabil
     rc = 0;
   } else if (rc == 0) {
     for (size_t i = 0; rc == 0 && i < b->entry_count; i++) rc = insert_entry(c, b, &b->entries[i]);
+    unsettled_of(c, b->shard, b->lane)->batches++;
     if (!prev.found) prev.applied = (qim_bytes){qim_malloc(4), 0};
     applied_add(&prev.applied, b->chunk_id);
     if (rc == 0) rc = write_progress(c, b, &chunks, &prev.applied);
@@ -403,47 +419,88 @@ static int range_take_row(qim_store_mailbox_range_req *r, sqlite3_stmt *st, size
   return 0;
 }
 
+static int watermark_row(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane,
+                         qim_lane_watermark *out, uint64_t *settled);
+
+/* A page being filled: whole event groups, bounded by max_items and max_bytes. */
+typedef struct range_fill {
+  size_t cap, group_start;
+  uint64_t bytes, group_bytes, group_seq;
+} range_fill;
+
+/* Takes the rows of st (mseq, size, body in mailbox order) until the page is full:
+ * 1 = full (out_has_more set), 0 = st ran out, or an error. An event group never spans
+ * two statements: all ordinals of a seq are on the same side of the settled position. */
+static int range_take(sq_conn *c, qim_store_mailbox_range_req *r, sqlite3_stmt *st, range_fill *f) {
+  const qim_mailbox_range_query *q = &r->query;
+  int rc;
+  while ((rc = sq_step(c, st)) == 1) {
+    uint64_t seq = sq_col_u64(st, 0), size = sq_col_u64(st, 1);
+    if (r->out_count == 0 || seq != f->group_seq) { /* a new group: the previous one is whole */
+      f->bytes += f->group_bytes;
+      f->group_start = r->out_count, f->group_seq = seq, f->group_bytes = 0;
+    }
+    size_t in_group = r->out_count - f->group_start + 1;
+    bool over = r->out_count + 1 > q->max_items ||
+                (q->max_bytes && f->group_start > 0 && f->bytes + f->group_bytes + size > q->max_bytes);
+    if (over) {
+      if (f->group_start == 0 && in_group > q->max_items)
+        return qim_err_raise(QIM_E_MAILBOX_GROUP_TOO_LARGE);
+      /* Drop the partial group; it starts the next page. */
+      while (r->out_count > f->group_start) qim_mailbox_entry_free(&r->out_entries[--r->out_count]);
+      r->out_has_more = true;
+      return 1;
+    }
+    if ((rc = range_take_row(r, st, &f->cap))) return rc;
+    f->group_bytes += size;
+  }
+  return rc;
+}
+
 /*
  * Whole event groups (all ordinals of one mailbox seq) in order, stopping before the
  * group that would pass max_items or max_bytes (0 = no byte bound). The first group is
  * always returned whole unless it alone has more than max_items entries, which is
- * GroupTooLarge: returning part of it would split the group.
+ * GroupTooLarge: returning part of it would split the group. Settled entries come from
+ * the per-user index, the rest from the user's lane (both in one read snapshot).
  */
 static int range_exec(sq_conn *c, qim_store_req *base) {
   qim_store_mailbox_range_req *r = (void *)base;
   const qim_mailbox_range_query *q = &r->query;
-  sqlite3_stmt *st = sq_prep(c,
-                             "SELECT mseq, size, body FROM mailbox WHERE tenant=? AND user=?"
-                             " AND mseq > ? AND mseq <= ? ORDER BY mseq, ordinal");
-  if (!st) return sq_last_error(c);
-  sq_bind_u128(st, 1, q->tenant_id.v);
-  sq_bind_u128(st, 2, q->user_id.v);
-  sq_bind_u64(st, 3, q->after_seq);
-  sq_bind_u64(st, 4, q->up_to_seq);
-  size_t cap = 0, group_start = 0;
-  uint64_t bytes = 0, group_bytes = 0, group_seq = 0;
-  int rc;
-  while ((rc = sq_step(c, st)) == 1) {
-    uint64_t seq = sq_col_u64(st, 0), size = sq_col_u64(st, 1);
-    if (r->out_count == 0 || seq != group_seq) { /* a new group: the previous one is whole */
-      bytes += group_bytes;
-      group_start = r->out_count, group_seq = seq, group_bytes = 0;
-    }
-    size_t in_group = r->out_count - group_start + 1;
-    bool over = r->out_count + 1 > q->max_items ||
-                (q->max_bytes && group_start > 0 && bytes + group_bytes + size > q->max_bytes);
-    if (over) {
-      if (group_start == 0 && in_group > q->max_items)
-        return qim_err_raise(QIM_E_MAILBOX_GROUP_TOO_LARGE);
-      /* Drop the partial group; it starts the next page. */
-      while (r->out_count > group_start) qim_mailbox_entry_free(&r->out_entries[--r->out_count]);
-      r->out_has_more = true;
-      return 0;
-    }
-    if ((rc = range_take_row(r, st, &cap))) return rc;
-    group_bytes += size;
+  const qim_shard_config *cfg = &c->st->opt.shards;
+  qim_mailbox_shard_id shard = qim_shard_of_user(cfg, q->tenant_id, q->user_id);
+  qim_lane_id lane = qim_lane_of_user(cfg, q->tenant_id, q->user_id);
+  qim_lane_watermark wm;
+  uint64_t settled;
+  int rc = watermark_row(c, shard, lane, &wm, &settled);
+  if (rc) return rc;
+  range_fill f = {0};
+  if (q->after_seq < settled) {
+    sqlite3_stmt *st = sq_prep(c,
+                               "SELECT m.mseq, m.size, m.body FROM mailbox_index x"
+                               " JOIN mailbox m ON m.rowid = x.entry WHERE x.tenant=? AND x.user=?"
+                               " AND x.mseq > ? AND x.mseq <= ? ORDER BY x.mseq, x.ordinal");
+    if (!st) return sq_last_error(c);
+    sq_bind_u128(st, 1, q->tenant_id.v);
+    sq_bind_u128(st, 2, q->user_id.v);
+    sq_bind_u64(st, 3, q->after_seq);
+    sq_bind_u64(st, 4, q->up_to_seq < settled ? q->up_to_seq : settled);
+    if ((rc = range_take(c, r, st, &f))) return rc < 0 ? rc : 0;
   }
-  return rc;
+  if (q->up_to_seq <= settled) return 0;
+  sqlite3_stmt *st = sq_prep(c,
+                             "SELECT mseq, size, body FROM mailbox WHERE shard=? AND lane=?"
+                             " AND mseq > ? AND mseq <= ? AND tenant=? AND user=?"
+                             " ORDER BY mseq, ordinal");
+  if (!st) return sq_last_error(c);
+  sqlite3_bind_int64(st, 1, shard);
+  sqlite3_bind_int(st, 2, lane);
+  sq_bind_u64(st, 3, q->after_seq > settled ? q->after_seq : settled);
+  sq_bind_u64(st, 4, q->up_to_seq);
+  sq_bind_u128(st, 5, q->tenant_id.v);
+  sq_bind_u128(st, 6, q->user_id.v);
+  rc = range_take(c, r, st, &f);
+  return rc < 0 ? rc : 0;
 }
 
 const sq_op sq_op_mailbox_range = {"mailboxes.range", false,         range_prepare,
@@ -451,10 +508,11 @@ const sq_op sq_op_mailbox_range = {"mailboxes.range", false,         range_prepa
 
 /* ---- watermarks ------------------------------------------------------------------------------ */
 
+/* The lane's watermark and, when settled is not NULL, how far it settled. */
 static int watermark_row(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane,
-                         qim_lane_watermark *out) {
+                         qim_lane_watermark *out, uint64_t *settled) {
   sqlite3_stmt *st = sq_prep(c,
-                             "SELECT materialized, floor FROM lane_watermarks"
+                             "SELECT materialized, floor, settled FROM lane_watermarks"
                              " WHERE shard=? AND lane=?");
   if (!st) return sq_last_error(c);
   sqlite3_bind_int64(st, 1, shard);
@@ -462,6 +520,7 @@ static int watermark_row(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lan
   int rc = sq_step(c, st);
   if (rc < 0) return rc;
   *out = (qim_lane_watermark){shard, lane, rc ? sq_col_u64(st, 0) : 0, rc ? sq_col_u64(st, 1) : 0};
+  if (settled) *settled = rc ? sq_col_u64(st, 2) : 0;
   return 0;
 }
 
@@ -472,7 +531,7 @@ static int watermark_get_prepare(const sq_store *st, qim_store_req *base) {
 
 static int watermark_get_exec(sq_conn *c, qim_store_req *base) {
   qim_store_watermark_get_req *r = (void *)base;
-  return watermark_row(c, r->shard, r->lane, &r->out);
+  return watermark_row(c, r->shard, r->lane, &r->out, NULL);
 }
 
 const sq_op sq_op_watermark_get = {"mailboxes.watermark_get", false, watermark_get_prepare,
@@ -484,9 +543,13 @@ static int watermark_advance_prepare(const sq_store *st, qim_store_req *base) {
   return lane_valid(st, a->shard, a->lane) && a->floor <= a->materialized ? 0 : -EINVAL;
 }
 
-/* Removes the lane's entries and dispatch bookkeeping below the floor. */
+/* Removes the lane's entries (settled ones from the index too) and dispatch bookkeeping
+ * below the floor. */
 static int trim_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane, uint64_t floor) {
   static const char *const sql[] = {
+      "DELETE FROM mailbox_index WHERE (tenant, user, mseq, ordinal) IN"
+      " (SELECT tenant, user, mseq, ordinal FROM mailbox WHERE shard=?1 AND lane=?2 AND mseq < ?3"
+      " AND mseq <= (SELECT settled FROM lane_watermarks WHERE shard=?1 AND lane=?2))",
       "DELETE FROM mailbox WHERE shard=? AND lane=? AND mseq < ?",
       "DELETE FROM dispatch_progress WHERE shard=? AND lane=? AND mseq < ?",
   };
@@ -498,30 +561,66 @@ static int trim_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane, u
     sq_bind_u64(st, 3, floor);
     int rc = sq_run(c, st);
     if (rc) return rc;
-    if (i == 0 && sq_changes(c)) sq_note_erase(c); /* entries carry inline bodies */
+    if (i == 1 && sq_changes(c)) sq_note_erase(c); /* entries carry inline bodies */
   }
   return 0;
 }
 
-/* Forward-only: a lower value (a late or replayed advance) changes nothing. */
+/* Puts the lane's entries in (from, to] into the per-user index, in index order so each
+ * user's page is written once for all of them. */
+static int settle_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane, uint64_t from,
+                       uint64_t to) {
+  sqlite3_stmt *st = sq_prep(c,
+                             "INSERT OR IGNORE INTO mailbox_index(tenant, user, mseq, ordinal, entry)"
+                             " SELECT tenant, user, mseq, ordinal, rowid FROM mailbox"
+                             " WHERE shard=? AND lane=? AND mseq > ? AND mseq <= ?"
+                             " ORDER BY tenant, user, mseq, ordinal");
+  if (!st) return sq_last_error(c);
+  sqlite3_bind_int64(st, 1, shard);
+  sqlite3_bind_int(st, 2, lane);
+  sq_bind_u64(st, 3, from);
+  sq_bind_u64(st, 4, to);
+  return sq_run(c, st);
+}
+
+/* Settling pays when a pass puts several entries on each user's page, as a group's
+ * messages do; its stall grows with its entries. So a lane settles after settle_entries
+ * entries, or after settle_entries / 64 batches of few entries (one-to-one messages, two
+ * entries each, gain little from waiting: on a grown store a pass of 16,384 of them
+ * stalled the writer long enough to fail a p99 of 50 ms). */
+static bool settle_due(const sq_store *st, const struct sq_unsettled *u) {
+  uint32_t batches = st->opt.settle_entries / 64;
+  return u->entries >= st->opt.settle_entries || u->batches >= (batches ? batches : 1);
+}
+
+/* Forward-only: a lower value (a late or replayed advance) changes nothing. Settles the
+ * lane up to the new watermark when settle_due (entries above the watermark may still be
+ * joined by their dispatch's other chunks). */
 static int advance_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane,
                         uint64_t materialized, uint64_t floor) {
   qim_lane_watermark cur;
-  int rc = watermark_row(c, shard, lane, &cur);
+  uint64_t settled;
+  int rc = watermark_row(c, shard, lane, &cur, &settled);
   if (rc) return rc;
   if (materialized < cur.materialized) materialized = cur.materialized;
   if (floor < cur.floor) floor = cur.floor;
-  if (materialized == cur.materialized && floor == cur.floor) return 0;
+  struct sq_unsettled *unsettled = unsettled_of(c, shard, lane);
+  uint64_t settle_to = settle_due(c->st, unsettled) && materialized > settled ? materialized : settled;
+  if (materialized == cur.materialized && floor == cur.floor && settle_to == settled) return 0;
+  if (settle_to > settled && (rc = settle_lane(c, shard, lane, settled, settle_to))) return rc;
   sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO lane_watermarks(shard, lane, materialized, floor)"
-                             " VALUES(?, ?, ?, ?) ON CONFLICT(shard, lane) DO UPDATE SET"
-                             " materialized = excluded.materialized, floor = excluded.floor");
+                             "INSERT INTO lane_watermarks(shard, lane, materialized, floor, settled)"
+                             " VALUES(?, ?, ?, ?, ?) ON CONFLICT(shard, lane) DO UPDATE SET"
+                             " materialized = excluded.materialized, floor = excluded.floor,"
+                             " settled = excluded.settled");
   if (!st) return sq_last_error(c);
   sqlite3_bind_int64(st, 1, shard);
   sqlite3_bind_int(st, 2, lane);
   sq_bind_u64(st, 3, materialized);
   sq_bind_u64(st, 4, floor);
+  sq_bind_u64(st, 5, settle_to);
   if ((rc = sq_run(c, st))) return rc;
+  if (settle_to > settled) *unsettled = (struct sq_unsettled){0};
   return floor > cur.floor ? trim_lane(c, shard, lane, floor) : 0;
 }
 

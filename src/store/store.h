@@ -677,6 +677,9 @@ typedef struct qim_store_options {
   uint32_t checkpoint_frames;  /* sqlite: WAL pages between background checkpoints; the WAL
                                   starts over at 2.5 times this and the writer copies inline
                                   at 6 times (default 16000, 64 MB; tests use small ones) */
+  uint32_t settle_entries;     /* sqlite: mailbox entries a lane writes before they enter the
+                                  per-user index, in one sorted pass (default 16384; or 1/64
+                                  as many batches; 1 = at every watermark advance) */
   /* Test hook, called by the writer thread before each fsync'ing COMMIT (e.g. a slow
    * fsync for liveness tests). NULL in production. */
   void (*before_commit)(void *ctx);

@@ -461,6 +461,29 @@ static void raw_sql(const char *dir, const char *sql) {
   sqlite3_close(db);
 }
 
+/* The first column of the first row of a query on the store's file (a connection of its
+ * own: the store may be open). */
+static int64_t raw_int(const char *dir, const char *sql) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/store.db", dir);
+  sqlite3 *db;
+  sqlite3_stmt *st;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+  int64_t v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+/* What schema 6 changed, undone: entries are indexed per user as they are written. */
+#define SCHEMA_6_UNDONE                                                                     \
+  "DROP TABLE mailbox_index; ALTER TABLE lane_watermarks DROP COLUMN settled;"             \
+  "DROP INDEX mailbox_position;"                                                           \
+  "CREATE UNIQUE INDEX mailbox_entry ON mailbox(tenant, user, mseq, ordinal);"             \
+  "CREATE INDEX mailbox_lane ON mailbox(shard, lane, mseq);"
+
 /* What schema 5 changed, undone: the progress rows' message and its index go, the index
  * over every entry's message comes back. */
 #define SCHEMA_5_UNDONE                                                                   \
@@ -484,7 +507,8 @@ static void test_schema_3_store_keeps_its_applied_chunks_after_upgrade(void **st
       " PRIMARY KEY(dispatch_id, lane, chunk)) WITHOUT ROWID;"
       "CREATE INDEX dispatch_chunks_lane ON dispatch_chunks(shard, lane, mseq);"
       "INSERT INTO dispatch_chunks SELECT dispatch_id, lane, 0, shard, mseq FROM dispatch_progress;"
-      "ALTER TABLE dispatch_progress DROP COLUMN applied;" SCHEMA_5_UNDONE "PRAGMA user_version=3;");
+      "ALTER TABLE dispatch_progress DROP COLUMN applied;" SCHEMA_6_UNDONE SCHEMA_5_UNDONE
+      "PRAGMA user_version=3;");
   qim_store_options o = fx_options();
   e->s = fx_open(e->dir, NULL, &o);
 
@@ -520,7 +544,7 @@ static void test_schema_4_store_wipes_its_inline_mailbox_copies_after_upgrade(vo
   take_shard(e->s, m.b.shard); /* epoch 1 */
   assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
   qim_store_close(e->s);
-  raw_sql(e->dir, SCHEMA_5_UNDONE "PRAGMA user_version=4;");
+  raw_sql(e->dir, SCHEMA_6_UNDONE SCHEMA_5_UNDONE "PRAGMA user_version=4;");
   qim_store_options o = fx_options();
   e->s = fx_open(e->dir, NULL, &o);
 
@@ -564,6 +588,95 @@ static void test_mailbox_range_keeps_event_groups_whole(void **state) {
   assert_null(r.out_entries);
 }
 
+/* Appends `n` entries for user 1 at (1, offset) and advances the watermark to them. */
+static void append_advanced(qim_store *s, uint64_t offset, int n) {
+  mbatch m;
+  mbatch_init(&m, 1, offset, n, 0, true, 1);
+  m.r.advance_to = m.b.mailbox_seq;
+  assert_int_equal(QIM_STORE_SYNC(s, mailboxes.append, &m.r), 0);
+}
+
+/* The seqs of a range from `after`, at most max_items entries; returns the count. */
+static size_t range_seqs(qim_store *s, uint64_t after, uint32_t max_items, uint64_t *seqs, bool *more) {
+  qim_store_mailbox_range_req r;
+  memset(&r, 0, sizeof r);
+  r.query = (qim_mailbox_range_query){fx_tenant(), fx_user(1), after, UINT64_MAX, max_items, 0};
+  assert_int_equal(QIM_STORE_SYNC(s, mailboxes.range, &r), 0);
+  for (size_t i = 0; i < r.out_count; i++) {
+    seqs[i] = r.out_entries[i].mailbox_seq;
+    assert_int_equal(r.out_entries[i].event_ordinal, i == 0 || seqs[i] != seqs[i - 1] ? 0 : 1);
+  }
+  *more = r.out_has_more;
+  size_t n = r.out_count;
+  range_free(&r);
+  return n;
+}
+
+/* Entries enter the per-user index when their lane has written settle_entries entries or
+ * 1/64 as many batches (3 here) since it last settled, up to its watermark; a range reads
+ * settled and unsettled entries as one mailbox (order, whole event groups, pages across
+ * the settled position), a replay adds nothing to either, and a trim removes entries
+ * from both. */
+static void test_mailbox_range_reads_settled_and_unsettled_entries_alike(void **state) {
+  env *e = *state;
+  qim_store_close(e->s);
+  qim_store_options o = fx_options();
+  o.settle_entries = 3 * 64;
+  e->s = fx_open(e->dir, NULL, &o);
+  take_shard(e->s, qim_shard_of_user(&o.shards, fx_tenant(), fx_user(1))); /* epoch 1 */
+  for (uint64_t off = 1; off <= 5; off++) append_advanced(e->s, off, 2);
+  /* the third batch settled offsets 1-3; 4 and 5 wait */
+  assert_int_equal(raw_int(e->dir, "SELECT count(*) FROM mailbox_index"), 6);
+  assert_int_equal(raw_int(e->dir, "SELECT max(settled) FROM lane_watermarks"), qim_mailbox_seq_make(1, 3));
+  uint64_t seqs[16];
+  bool more;
+  assert_int_equal(range_seqs(e->s, 0, 16, seqs, &more), 10);
+  assert_false(more);
+  for (size_t i = 0; i < 10; i++) assert_int_equal(seqs[i], qim_mailbox_seq_make(1, 1 + i / 2));
+  /* a page from offset 2 that crosses the settled position, then one that ends in a group */
+  assert_int_equal(range_seqs(e->s, qim_mailbox_seq_make(1, 2), 4, seqs, &more), 4);
+  assert_int_equal(seqs[0], qim_mailbox_seq_make(1, 3));
+  assert_int_equal(seqs[3], qim_mailbox_seq_make(1, 4));
+  assert_true(more);
+  assert_int_equal(range_seqs(e->s, qim_mailbox_seq_make(1, 2), 3, seqs, &more), 2);
+  assert_true(more);
+  append_advanced(e->s, 2, 2); /* a replay of a settled batch */
+  assert_int_equal(range_seqs(e->s, 0, 16, seqs, &more), 10);
+  assert_int_equal(raw_int(e->dir, "SELECT count(*) FROM mailbox"), 10);
+
+  qim_store_watermark_advance_req w = {0};
+  w.advance = (qim_watermark_advance){qim_shard_of_user(&o.shards, fx_tenant(), fx_user(1)),
+                                      qim_lane_of_user(&o.shards, fx_tenant(), fx_user(1)),
+                                      qim_mailbox_seq_make(1, 5), qim_mailbox_seq_make(1, 3)};
+  w.owner_epoch = 1;
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.watermark_advance, &w), 0);
+  assert_int_equal(range_seqs(e->s, 0, 16, seqs, &more), 6);
+  assert_int_equal(seqs[0], qim_mailbox_seq_make(1, 3));
+  assert_int_equal(raw_int(e->dir, "SELECT count(*) FROM mailbox_index"), 2);
+}
+
+/* A store written before schema 6 has every entry up to its lanes' watermarks in the
+ * per-user index after the upgrade, and the rest in its lane. */
+static void test_schema_5_store_settles_its_entries_on_upgrade(void **state) {
+  env *e = *state;
+  qim_shard_config cfg = fx_options().shards;
+  take_shard(e->s, qim_shard_of_user(&cfg, fx_tenant(), fx_user(1))); /* epoch 1 */
+  append_advanced(e->s, 1, 2);
+  append_advanced(e->s, 2, 1);
+  mbatch m; /* above the watermark: a dispatch still being written */
+  mbatch_init(&m, 1, 3, 2, 0, true, 1);
+  assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
+  qim_store_close(e->s);
+  raw_sql(e->dir, "DELETE FROM mailbox_index;" SCHEMA_6_UNDONE "PRAGMA user_version=5;");
+  qim_store_options o = fx_options();
+  e->s = fx_open(e->dir, NULL, &o);
+  assert_int_equal(raw_int(e->dir, "SELECT count(*) FROM mailbox_index"), 3);
+  uint64_t seqs[8];
+  bool more;
+  assert_int_equal(range_seqs(e->s, 0, 8, seqs, &more), 5);
+  assert_int_equal(seqs[4], qim_mailbox_seq_make(1, 3));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_log_offsets_dense_from_one_and_keys_idempotent, setup,
@@ -582,6 +695,10 @@ int main(void) {
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_schema_3_store_keeps_its_applied_chunks_after_upgrade,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mailbox_range_reads_settled_and_unsettled_entries_alike,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_schema_5_store_settles_its_entries_on_upgrade, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_schema_4_store_wipes_its_inline_mailbox_copies_after_upgrade,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(test_mailbox_range_keeps_event_groups_whole, setup, teardown),
