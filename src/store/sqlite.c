@@ -785,9 +785,9 @@ static const char *store_vfs(void) {
 /* Per-connection tuning (docs/store.md, "Costs on this machine"). Readers map the database
  * file, so a page that is not in the WAL costs no pread: their page cache is emptied by
  * every commit (WAL), so a bigger cache would not help them. The writer's cache is 32 MiB:
- * a message to a group of 1,000 dirties ~1,000 pages of the per-user mailbox index, more
- * than SQLite's default 2 MB holds, so the transaction spilled pages to the WAL and read
- * them back. */
+ * a settling pass dirties a page of the per-user mailbox index per user of the lane (a
+ * group of 1,000: ~1,000 pages), more than SQLite's default 2 MB holds, so the transaction
+ * spilled pages to the WAL and read them back. */
 #define READER_PRAGMAS "PRAGMA mmap_size=268435456; PRAGMA temp_store=MEMORY;"
 #define WRITER_PRAGMAS "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-32768;"
 
