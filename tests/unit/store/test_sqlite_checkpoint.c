@@ -5,6 +5,9 @@
  * after a reopen. And an erase made while the writes go on still leaves the files within
  * the store's bound, although the writer is never idle long enough to truncate on its own.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -132,10 +135,64 @@ static void test_redacted_payload_leaves_the_files_while_writes_go_on(void **sta
   qim_test_rmtree(dir);
 }
 
+/* The nice value of this process's thread named `comm`, or -100 when there is none. */
+static int thread_nice(const char *comm) {
+  DIR *d = opendir("/proc/self/task");
+  assert_non_null(d);
+  int nice = -100;
+  struct dirent *e;
+  while (nice == -100 && (e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], name[64] = "", stat[1024] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (!fgets(name, sizeof name, f)) name[0] = 0;
+    fclose(f);
+    name[strcspn(name, "\n")] = 0;
+    if (strcmp(name, comm) != 0) continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = 0;
+    /* fields after the ")" that ends the name: state is field 3, nice field 19 */
+    char *p = strrchr(stat, ')');
+    assert_non_null(p);
+    p += 2;
+    for (int field = 3; field < 19; field++) p = strchr(p, ' ') + 1;
+    nice = atoi(p);
+  }
+  closedir(d);
+  return nice;
+}
+
+/* The checkpointer's bulk copy yields the CPU to the threads with messages waiting. */
+static void test_checkpointer_runs_at_the_lowest_cpu_priority(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-ckpt-nice");
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  int nice = -100;
+  for (int i = 0; i < 200 && nice != 19; i++) { /* the thread sets it as it starts */
+    nice = thread_nice("qim-checkpoint");
+    qim_test_sleep_ms(5);
+  }
+  assert_int_equal(nice, 19);
+  errno = 0;
+  int own = getpriority(PRIO_PROCESS, 0); /* this thread's: what the others inherit */
+  assert_int_equal(errno, 0);
+  assert_int_equal(thread_nice("qim-writer"), own);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wal_stays_short_under_writes_that_never_pause),
       cmocka_unit_test(test_redacted_payload_leaves_the_files_while_writes_go_on),
+      cmocka_unit_test(test_checkpointer_runs_at_the_lowest_cpu_priority),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
