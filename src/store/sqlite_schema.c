@@ -147,9 +147,9 @@ static const char schema_v5[] =
 /* Version 6: the per-user index is filled in bulk, not per entry (docs/mailbox.md,
  * "Settling"). An entry is written at its lane position (`mailbox_position`: unique, so a
  * replayed batch still inserts nothing, and appended in order, so a group message's 1,000
- * entries share a few pages) and enters `mailbox_index` when its lane settles: every
- * settle_entries entries, in one sorted pass, up to the lane's watermark, which the lane
- * row records (`settled`). Per entry, the index insert dirtied its user's page: ~1,000 pages
+ * entries share a few pages) and enters `mailbox_index` when its lane settles (settle_due
+ * in sqlite_mailbox.c), in one sorted pass up to the lane's watermark, which the lane row
+ * records (`settled`). Per entry, the index insert dirtied its user's page: ~1,000 pages
  * of WAL for each message to a group of 1,000, the store's largest cost (bench/README.md,
  * "What bounds 2 and 3"). A range reads the index up to `settled` and the lane above it.
  * Existing entries up to each lane's watermark are settled here. */
