@@ -43,6 +43,18 @@ static bool lane_valid(const sq_store *st, qim_mailbox_shard_id shard, qim_lane_
   return shard_valid(st, shard) && lane < st->opt.shards.lanes_per_shard;
 }
 
+/* A statement whose parameters 1 and 2 are a lane (shard, lane), bound; NULL on failure
+ * (sq_last_error). */
+static sqlite3_stmt *prep_lane(sq_conn *c, const char *sql, qim_mailbox_shard_id shard,
+                               qim_lane_id lane) {
+  sqlite3_stmt *st = sq_prep(c, sql);
+  if (st) {
+    sqlite3_bind_int64(st, 1, shard);
+    sqlite3_bind_int(st, 2, lane);
+  }
+  return st;
+}
+
 /* The lane's slot in sq_store.unsettled. */
 static struct sq_unsettled *unsettled_of(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane) {
   return &c->st->unsettled[(size_t)shard * c->st->opt.shards.lanes_per_shard + lane];
@@ -259,7 +271,6 @@ static int insert_entry(sq_conn *c, const qim_append_mailbox_batch *b, const qim
   sq_bind_blob(st, 10, body.p, body.n);
   rc = sq_run(c, st);
   qim_bytes_free(&body);
-  if (rc == 0 && sq_changes(c)) unsettled_of(c, b->shard, b->lane)->entries++;
   return rc;
 }
 
@@ -302,8 +313,11 @@ static int append_one(sq_conn *c, const qim_append_mailbox_batch *b, qim_durabil
     out->mailbox_seq = prev.mseq; /* a replay: the original receipt */
     rc = 0;
   } else if (rc == 0) {
+    sqlite3_int64 before = sqlite3_total_changes64(c->db);
     for (size_t i = 0; rc == 0 && i < b->entry_count; i++) rc = insert_entry(c, b, &b->entries[i]);
-    unsettled_of(c, b->shard, b->lane)->batches++;
+    struct sq_unsettled *u = unsettled_of(c, b->shard, b->lane); /* what a replay ignored is not */
+    u->entries += (uint32_t)(sqlite3_total_changes64(c->db) - before);
+    u->batches++;
     if (!prev.found) prev.applied = (qim_bytes){qim_malloc(4), 0};
     applied_add(&prev.applied, b->chunk_id);
     if (rc == 0) rc = write_progress(c, b, &chunks, &prev.applied);
@@ -441,8 +455,9 @@ static int range_take(sq_conn *c, qim_store_mailbox_range_req *r, sqlite3_stmt *
       f->group_start = r->out_count, f->group_seq = seq, f->group_bytes = 0;
     }
     size_t in_group = r->out_count - f->group_start + 1;
-    bool over = r->out_count + 1 > q->max_items ||
-                (q->max_bytes && f->group_start > 0 && f->bytes + f->group_bytes + size > q->max_bytes);
+    bool over =
+        r->out_count + 1 > q->max_items ||
+        (q->max_bytes && f->group_start > 0 && f->bytes + f->group_bytes + size > q->max_bytes);
     if (over) {
       if (f->group_start == 0 && in_group > q->max_items)
         return qim_err_raise(QIM_E_MAILBOX_GROUP_TOO_LARGE);
@@ -488,13 +503,12 @@ static int range_exec(sq_conn *c, qim_store_req *base) {
     if ((rc = range_take(c, r, st, &f))) return rc < 0 ? rc : 0;
   }
   if (q->up_to_seq <= settled) return 0;
-  sqlite3_stmt *st = sq_prep(c,
-                             "SELECT mseq, size, body FROM mailbox WHERE shard=? AND lane=?"
-                             " AND mseq > ? AND mseq <= ? AND tenant=? AND user=?"
-                             " ORDER BY mseq, ordinal");
+  sqlite3_stmt *st = prep_lane(c,
+                               "SELECT mseq, size, body FROM mailbox WHERE shard=? AND lane=?"
+                               " AND mseq > ? AND mseq <= ? AND tenant=? AND user=?"
+                               " ORDER BY mseq, ordinal",
+                               shard, lane);
   if (!st) return sq_last_error(c);
-  sqlite3_bind_int64(st, 1, shard);
-  sqlite3_bind_int(st, 2, lane);
   sq_bind_u64(st, 3, q->after_seq > settled ? q->after_seq : settled);
   sq_bind_u64(st, 4, q->up_to_seq);
   sq_bind_u128(st, 5, q->tenant_id.v);
@@ -511,12 +525,10 @@ const sq_op sq_op_mailbox_range = {"mailboxes.range", false,         range_prepa
 /* The lane's watermark and, when settled is not NULL, how far it settled. */
 static int watermark_row(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane,
                          qim_lane_watermark *out, uint64_t *settled) {
-  sqlite3_stmt *st = sq_prep(c,
-                             "SELECT materialized, floor, settled FROM lane_watermarks"
-                             " WHERE shard=? AND lane=?");
+  sqlite3_stmt *st = prep_lane(
+      c, "SELECT materialized, floor, settled FROM lane_watermarks WHERE shard=? AND lane=?", shard,
+      lane);
   if (!st) return sq_last_error(c);
-  sqlite3_bind_int64(st, 1, shard);
-  sqlite3_bind_int(st, 2, lane);
   int rc = sq_step(c, st);
   if (rc < 0) return rc;
   *out = (qim_lane_watermark){shard, lane, rc ? sq_col_u64(st, 0) : 0, rc ? sq_col_u64(st, 1) : 0};
@@ -554,10 +566,8 @@ static int trim_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane, u
       "DELETE FROM dispatch_progress WHERE shard=? AND lane=? AND mseq < ?",
   };
   for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {
-    sqlite3_stmt *st = sq_prep(c, sql[i]);
+    sqlite3_stmt *st = prep_lane(c, sql[i], shard, lane);
     if (!st) return sq_last_error(c);
-    sqlite3_bind_int64(st, 1, shard);
-    sqlite3_bind_int(st, 2, lane);
     sq_bind_u64(st, 3, floor);
     int rc = sq_run(c, st);
     if (rc) return rc;
@@ -570,14 +580,14 @@ static int trim_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane, u
  * user's page is written once for all of them. */
 static int settle_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane, uint64_t from,
                        uint64_t to) {
-  sqlite3_stmt *st = sq_prep(c,
-                             "INSERT OR IGNORE INTO mailbox_index(tenant, user, mseq, ordinal, entry)"
-                             " SELECT tenant, user, mseq, ordinal, rowid FROM mailbox"
-                             " WHERE shard=? AND lane=? AND mseq > ? AND mseq <= ?"
-                             " ORDER BY tenant, user, mseq, ordinal");
+  sqlite3_stmt *st =
+      prep_lane(c,
+                "INSERT OR IGNORE INTO mailbox_index(tenant, user, mseq, ordinal, entry)"
+                " SELECT tenant, user, mseq, ordinal, rowid FROM mailbox"
+                " WHERE shard=? AND lane=? AND mseq > ? AND mseq <= ?"
+                " ORDER BY tenant, user, mseq, ordinal",
+                shard, lane);
   if (!st) return sq_last_error(c);
-  sqlite3_bind_int64(st, 1, shard);
-  sqlite3_bind_int(st, 2, lane);
   sq_bind_u64(st, 3, from);
   sq_bind_u64(st, 4, to);
   return sq_run(c, st);
@@ -609,14 +619,13 @@ static int advance_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane
   uint64_t settle_to = settle_due(c->st, unsettled) && materialized > settled ? materialized : settled;
   if (materialized == cur.materialized && floor == cur.floor && settle_to == settled) return 0;
   if (settle_to > settled && (rc = settle_lane(c, shard, lane, settled, settle_to))) return rc;
-  sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO lane_watermarks(shard, lane, materialized, floor, settled)"
-                             " VALUES(?, ?, ?, ?, ?) ON CONFLICT(shard, lane) DO UPDATE SET"
-                             " materialized = excluded.materialized, floor = excluded.floor,"
-                             " settled = excluded.settled");
+  sqlite3_stmt *st = prep_lane(c,
+                               "INSERT INTO lane_watermarks(shard, lane, materialized, floor, settled)"
+                               " VALUES(?, ?, ?, ?, ?) ON CONFLICT(shard, lane) DO UPDATE SET"
+                               " materialized = excluded.materialized, floor = excluded.floor,"
+                               " settled = excluded.settled",
+                               shard, lane);
   if (!st) return sq_last_error(c);
-  sqlite3_bind_int64(st, 1, shard);
-  sqlite3_bind_int(st, 2, lane);
   sq_bind_u64(st, 3, materialized);
   sq_bind_u64(st, 4, floor);
   sq_bind_u64(st, 5, settle_to);

@@ -7,8 +7,8 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <sys/resource.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -143,7 +143,7 @@ static int thread_nice(const char *comm) {
   struct dirent *e;
   while (nice == -100 && (e = readdir(d))) {
     if (e->d_name[0] == '.') continue;
-    char path[300], name[64] = "", stat[1024] = "";
+    char path[300], name[64] = "";
     snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
     FILE *f = fopen(path, "r");
     if (!f) continue;
@@ -151,18 +151,9 @@ static int thread_nice(const char *comm) {
     fclose(f);
     name[strcspn(name, "\n")] = 0;
     if (strcmp(name, comm) != 0) continue;
-    snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
-    f = fopen(path, "r");
-    assert_non_null(f);
-    size_t n = fread(stat, 1, sizeof stat - 1, f);
-    fclose(f);
-    stat[n] = 0;
-    /* fields after the ")" that ends the name: state is field 3, nice field 19 */
-    char *p = strrchr(stat, ')');
-    assert_non_null(p);
-    p += 2;
-    for (int field = 3; field < 19; field++) p = strchr(p, ' ') + 1;
-    nice = atoi(p);
+    errno = 0; /* Linux: PRIO_PROCESS with a thread id is that thread's value */
+    nice = getpriority(PRIO_PROCESS, (id_t)atoi(e->d_name));
+    assert_int_equal(errno, 0);
   }
   closedir(d);
   return nice;
