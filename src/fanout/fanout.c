@@ -24,7 +24,7 @@ static const qim_log_stream OUTBOX = {QIM_LOG_STREAM_OUTBOX, 0};
 static void options_defaults(qim_fanout_options *o) {
   if (!o->chunk_size) o->chunk_size = 256;
   if (!o->snapshot_page) o->snapshot_page = 1000;
-  if (!o->batch) o->batch = 64;
+  if (!o->batch) o->batch = 512;
   if (!o->max_call_appends) o->max_call_appends = 512;
   if (!o->idle_poll_ms) o->idle_poll_ms = 1000;
   if (!o->retry_ms) o->retry_ms = 100;
@@ -281,10 +281,14 @@ static int run_records(qim__fanout *f, const qim_store_log_record *r, size_t n, 
 int qim_fanout_run_once(qim_fanout *f, uint32_t max, uint32_t *processed) {
   uint32_t done = 0;
   if (processed) *processed = 0;
-  qim_store_log_consumer_get_req cg = {.consumer = QIM_FANOUT_CONSUMER, .stream = OUTBOX};
+  /* Both reads are unconfirmed (store.h): what they return only becomes dispatch appends,
+   * which the store makes durable after it, so neither waits for a sync. */
+  qim_store_log_consumer_get_req cg = {
+      .req.unconfirmed = true, .consumer = QIM_FANOUT_CONSUMER, .stream = OUTBOX};
   int rc = QIM_STORE_SYNC(f->store, logs.consumer_get, &cg);
   if (rc) return qim__fanout_store_error(rc);
-  qim_store_log_read_req rd = {.stream = OUTBOX, .from = cg.out_offset, .max = max ? max : 1};
+  qim_store_log_read_req rd = {
+      .req.unconfirmed = true, .stream = OUTBOX, .from = cg.out_offset, .max = max ? max : 1};
   rc = QIM_STORE_SYNC(f->store, logs.read, &rd);
   if (rc) return qim__fanout_store_error(rc);
   rc = run_records(f, rd.out_records, rd.out_count, &done);

@@ -38,7 +38,7 @@ typedef struct qim_fanout_options {
   qim_shard_config shards;   /* MUST equal the store's (fixed at creation; docs/fanout.md) */
   uint32_t chunk_size;       /* recipients per RecipientChunk; default 256 */
   uint32_t snapshot_page;    /* members per members_at read; default 1000 */
-  uint32_t batch;            /* outbox records per task step; default 64 */
+  uint32_t batch;            /* outbox records per task step; default 512 */
   uint32_t max_call_appends; /* dispatch appends per store call; default 512 */
   uint32_t idle_poll_ms;     /* task: fallback poll when the outbox is drained; default 1000 */
   uint32_t retry_ms;         /* task: first backoff after a transient error; default 100 */

@@ -441,6 +441,9 @@ static int materialize(mb_step *s, uint64_t gen) {
   s->read.stream = (qim_log_stream){QIM_LOG_STREAM_MAILBOX_DISPATCH, s->sh->id};
   s->read.from = l->next_offset;
   s->read.max = s->m->opt.read_batch;
+  /* Unconfirmed (store.h): the records become mailbox entries, durable only after them,
+   * and nothing is pushed before those are. */
+  s->read.req.unconfirmed = true;
   int rc;
   QIM__MB_CALL(rc, s->w, logs.read, &s->read);
   if (rc == QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE) /* trimmed past us: the replay cannot complete */

@@ -645,7 +645,10 @@ static void reader_run(sq_store *st, sq_conn *c, qim_store_req *r) {
   }
   atomic_fetch_add(&st->stats.reads, 1);
   settle(st, r, domain_status(status, op->unavailable));
-  sq_sync_answer(st, r, 1, sq_sync_visible(st), false);
+  if (r->unconfirmed)
+    sq_post_batch(r, 1); /* its caller's next write is synced after what it saw (store.h) */
+  else
+    sq_sync_answer(st, r, 1, sq_sync_visible(st), false);
 }
 
 typedef struct reader_arg {

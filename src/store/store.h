@@ -38,7 +38,14 @@
  * or a (shard, lane) — except where a call says "atomic where the backend can" (then it
  * is correct by idempotence and ordering alone). Durability: a completed write is
  * durable, and so is everything a completed read saw (sqlite: the syncer's WAL sync after the
- * COMMIT, sqlite_sync.c; redis: appendfsync always / WAIT).
+ * COMMIT, sqlite_sync.c; redis: appendfsync always / WAIT) — unless the read was submitted
+ * `unconfirmed`: then it is answered as soon as it ran, and may have seen writes whose sync
+ * is still under way. That is for a pipeline stage only, one whose every use of the answer
+ * is a later write to this same store (the fanout reading the outbox, a lane reading its
+ * dispatch log): a backend makes a write durable only after every write before it (sqlite:
+ * one WAL, written and synced in order), so a crash may lose what the read saw together
+ * with what was derived from it, never the derived write alone. Nothing read this way may
+ * reach a client before a write of the caller has completed after it.
  */
 #ifndef QIM_STORE_H
 #define QIM_STORE_H
@@ -66,6 +73,8 @@ typedef struct qim_store_req {
   void *data;                               /* caller's */
   int status;                               /* out: 0 or an error (err.h) */
   qim_error error;                          /* out: payload of `status` when it has one */
+  bool unconfirmed;                         /* in, reads: answer before what it saw is synced
+                                               (see "Durability" above); writes ignore it */
   struct qim_store_req *next_;              /* private to the backend */
   int op_;                                  /* private to the backend */
   void *sync_;                              /* private to QIM_STORE_SYNC */

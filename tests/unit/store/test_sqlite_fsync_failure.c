@@ -186,10 +186,59 @@ static void test_nothing_is_answered_before_the_sync_that_covers_it(void **state
   qim_test_rmtree(dir);
 }
 
+/* A pipeline stage's read (store.h, "unconfirmed") is answered while the sync of what it
+ * saw is still held; the same read without the flag waits for that sync. */
+static void test_an_unconfirmed_read_is_answered_before_the_sync(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-sync-unconfirmed");
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  qim_cq *cq;
+  assert_int_equal(qim_cq_new_blocking(&cq), 0);
+  int done = 0;
+
+  atomic_store(&hold_sync, 1);
+  int held = atomic_load(&held_syncs);
+  qim_store_log_append a = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .payload = {(uint8_t *)"u", 1}};
+  a.key[0] = 7;
+  qim_store_log_append_req append = {.appends = &a, .append_count = 1};
+  fx_async(&append.req, cq, &done);
+  assert_int_equal(s->vt->logs.append(s, &append), 0);
+  while (atomic_load(&held_syncs) == held) sleep_ms(1); /* its COMMIT returned; sync held */
+
+  qim_store_log_read_req plain = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .from = 0, .max = 8};
+  fx_async(&plain.req, cq, &done);
+  assert_int_equal(s->vt->logs.read(s, &plain), 0);
+  qim_store_log_read_req early = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .from = 0, .max = 8};
+  early.req.unconfirmed = true;
+  fx_async(&early.req, cq, &done);
+  assert_int_equal(s->vt->logs.read(s, &early), 0);
+  assert_int_equal(completions_within(cq, &done, 1, 2000), 1);
+  assert_int_equal(completions_within(cq, &done, 2, 100), 1); /* only the unconfirmed one */
+  assert_int_equal(early.req.status, 0);
+  assert_int_equal(early.out_count, 1); /* it saw the unsynced record */
+  assert_int_equal(early.out_records[0].payload.n, 1);
+  assert_memory_equal(early.out_records[0].payload.p, "u", 1);
+
+  atomic_store(&hold_sync, 0);
+  assert_int_equal(completions_within(cq, &done, 3, 5000), 3);
+  assert_int_equal(append.req.status, 0);
+  assert_int_equal(plain.req.status, 0);
+  assert_int_equal(plain.out_count, 1);
+  for (size_t i = 0; i < early.out_count; i++) qim_store_log_record_free(&early.out_records[i]);
+  qim_free(early.out_records);
+  for (size_t i = 0; i < plain.out_count; i++) qim_store_log_record_free(&plain.out_records[i]);
+  qim_free(plain.out_records);
+  qim_store_close(s);
+  qim_cq_free(cq);
+  qim_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_failed_commit_fsync_fails_the_whole_batch),
       cmocka_unit_test(test_nothing_is_answered_before_the_sync_that_covers_it),
+      cmocka_unit_test(test_an_unconfirmed_read_is_answered_before_the_sync),
   };
   return cmocka_run_group_tests(tests, shim_install, pass_vfs_remove);
 }
