@@ -79,8 +79,11 @@ static void test_wal_stays_short_under_writes_that_never_pause(void **state) {
   /* Far more was written than the WAL ever held: it started over, more than once. */
   assert_true(written > 5 * FRAMES);
   assert_true(longest < (long long)written * FRAME_BYTES / 2);
-  /* ...and never came near the point where the writer copies all of it itself (6 x). */
-  assert_true(longest <= (long long)(5 * FRAMES) * FRAME_BYTES);
+  /* ...and never grew past the point where the writer copies all of it itself (6 x; one
+   * transaction's frames over it at most). Not a tighter bound: the checkpointer runs at
+   * nice 19, and with the other tests on both cores it may get no CPU for a while, which
+   * is when that copy is meant to step in (sqlite_checkpoint.c). */
+  assert_true(longest <= (long long)(6 * FRAMES + 32) * FRAME_BYTES + 32);
   assert_true(after.checkpoints_background - before.checkpoints_background >= 3);
   /* ...and the database file's write-out was started while they copied. */
   assert_true(after.writebacks - before.writebacks >= 1);
