@@ -385,8 +385,7 @@ static void read_done(qim_store_req *r) {
   } else {
     qim__entry_fail(c, e, r->status, "verify", 0);
   }
-  for (size_t i = 0; i < q.out_count; i++) qim_store_log_record_free(&q.out_records[i]);
-  qim_free(q.out_records);
+  qim_store_log_read_free(&q);
   qim__conv_kick(c, cv);
   qim__conv_maybe_free(c, cv);
   pthread_mutex_unlock(&c->mu);

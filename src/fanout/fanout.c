@@ -173,8 +173,7 @@ static int verify_append(qim__fanout *f, const qim_store_log_append *a) {
     rc = qim_fanout_dispatch_check(&r.out_records[0].payload, &a->payload);
   else
     rc = qim_err_raise(QIM_E_FANOUT_DETERMINISM_VIOLATION);
-  for (size_t i = 0; i < r.out_count; i++) qim_store_log_record_free(&r.out_records[i]);
-  qim_free(r.out_records);
+  qim_store_log_read_free(&r);
   return rc;
 }
 
@@ -292,8 +291,7 @@ int qim_fanout_run_once(qim_fanout *f, uint32_t max, uint32_t *processed) {
   rc = QIM_STORE_SYNC(f->store, logs.read, &rd);
   if (rc) return qim__fanout_store_error(rc);
   rc = run_records(f, rd.out_records, rd.out_count, &done);
-  for (size_t i = 0; i < rd.out_count; i++) qim_store_log_record_free(&rd.out_records[i]);
-  qim_free(rd.out_records);
+  qim_store_log_read_free(&rd);
   if (processed) *processed = done;
   return rc;
 }

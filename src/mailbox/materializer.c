@@ -429,8 +429,7 @@ static void step_free(mb_step *s) {
     qim__mb_body_unref(rec->body);
   }
   qim_free(s->recs);
-  for (size_t i = 0; i < s->read.out_count; i++) qim_store_log_record_free(&s->read.out_records[i]);
-  qim_free(s->read.out_records);
+  qim_store_log_read_free(&s->read);
 }
 
 /* ---- the step ---------------------------------------------------------------------------------------------- */

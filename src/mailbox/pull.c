@@ -141,8 +141,7 @@ static void on_epoch_record(qim_store_req *r) {
   bool lost = false;
   if (r->status == 0 && q->out_count && q->out_records[0].offset == qim_mailbox_seq_offset(x->after))
     lost = q->out_records[0].epoch != qim_mailbox_seq_epoch(x->after);
-  for (size_t i = 0; i < q->out_count; i++) qim_store_log_record_free(&q->out_records[i]);
-  qim_free(q->out_records);
+  qim_store_log_read_free(q);
   if (r->status && r->status != QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE) {
     finish(x, qim_err_raise(QIM_E_MAILBOX_UNAVAILABLE));
     return;

@@ -74,8 +74,7 @@ static int scan_page(scan *sc, uint64_t *from) {
     sc->scanned++;
   }
   if (r.out_count == 0) sc->done = true;
-  for (i = 0; i < r.out_count; i++) qim_store_log_record_free(&r.out_records[i]);
-  qim_free(r.out_records);
+  qim_store_log_read_free(&r);
   return 0;
 }
 

@@ -157,11 +157,7 @@ static int read_prepare(const sq_store *st, qim_store_req *base) {
 }
 
 static void read_discard(qim_store_req *base) {
-  qim_store_log_read_req *r = (void *)base;
-  for (size_t i = 0; i < r->out_count; i++) qim_store_log_record_free(&r->out_records[i]);
-  qim_free(r->out_records);
-  r->out_records = NULL;
-  r->out_count = 0;
+  qim_store_log_read_free((qim_store_log_read_req *)base);
 }
 
 static void read_row(sqlite3_stmt *st, qim_store_log_record *rec) {

@@ -105,3 +105,10 @@ void qim_store_log_record_free(qim_store_log_record *r) {
   if (!r) return;
   qim_bytes_free(&r->payload);
 }
+
+void qim_store_log_read_free(qim_store_log_read_req *r) {
+  for (size_t i = 0; i < r->out_count; i++) qim_store_log_record_free(&r->out_records[i]);
+  qim_free(r->out_records);
+  r->out_records = NULL;
+  r->out_count = 0;
+}

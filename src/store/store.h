@@ -738,5 +738,7 @@ void qim_store_credential_free(qim_store_credential *c);
 void qim_store_conversation_free(qim_store_conversation *c);
 void qim_store_member_free(qim_store_member *m);
 void qim_store_log_record_free(qim_store_log_record *r);
+/* Frees the records a logs.read returned and leaves it with none. */
+void qim_store_log_read_free(qim_store_log_read_req *r);
 
 #endif

@@ -706,8 +706,7 @@ static int op_log_read(conf_ctx *c, json_t *in, int *st, json_t *out) {
     put(out, "end", conf_json_u64(r.out_end));
     put(out, "trim", conf_json_u64(r.out_trim));
   }
-  for (size_t i = 0; i < r.out_count; i++) qim_store_log_record_free(&r.out_records[i]);
-  qim_free(r.out_records);
+  qim_store_log_read_free(&r);
   return 0;
 }
 

@@ -36,9 +36,9 @@ static size_t outbox_count(qim_store *s) {
   rd.stream = outbox();
   rd.max = 100000;
   assert_int_equal(QIM_STORE_SYNC(s, logs.read, &rd), 0);
-  for (size_t i = 0; i < rd.out_count; i++) qim_store_log_record_free(&rd.out_records[i]);
-  qim_free(rd.out_records);
-  return rd.out_count;
+  size_t n = rd.out_count;
+  qim_store_log_read_free(&rd);
+  return n;
 }
 
 /* ---- group commit ------------------------------------------------------------------------- */

@@ -225,10 +225,8 @@ static void test_an_unconfirmed_read_is_answered_before_the_sync(void **state) {
   assert_int_equal(append.req.status, 0);
   assert_int_equal(plain.req.status, 0);
   assert_int_equal(plain.out_count, 1);
-  for (size_t i = 0; i < early.out_count; i++) qim_store_log_record_free(&early.out_records[i]);
-  qim_free(early.out_records);
-  for (size_t i = 0; i < plain.out_count; i++) qim_store_log_record_free(&plain.out_records[i]);
-  qim_free(plain.out_records);
+  qim_store_log_read_free(&early);
+  qim_store_log_read_free(&plain);
   qim_store_close(s);
   qim_cq_free(cq);
   qim_test_rmtree(dir);

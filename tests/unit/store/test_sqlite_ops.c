@@ -67,8 +67,7 @@ static void test_log_offsets_dense_from_one_and_keys_idempotent(void **state) {
   assert_int_equal(rd.out_end, 4);
   assert_int_equal(rd.out_records[1].offset, 2);
   assert_memory_equal(rd.out_records[1].payload.p, "x", 1);
-  for (size_t i = 0; i < rd.out_count; i++) qim_store_log_record_free(&rd.out_records[i]);
-  qim_free(rd.out_records);
+  qim_store_log_read_free(&rd);
 }
 
 static void test_log_trim_respects_consumer_and_protect(void **state) {
@@ -101,8 +100,7 @@ static void test_log_trim_respects_consumer_and_protect(void **state) {
   assert_int_equal(QIM_STORE_SYNC(e->s, logs.read, &rd), 0);
   assert_int_equal(rd.out_count, 5);
   assert_int_equal(rd.out_trim, 6);
-  for (size_t i = 0; i < rd.out_count; i++) qim_store_log_record_free(&rd.out_records[i]);
-  qim_free(rd.out_records);
+  qim_store_log_read_free(&rd);
 
   qim_store_log_redact_req red = {0};
   red.position = (qim_log_position){outbox, 3};
@@ -140,8 +138,7 @@ static void test_takeover_bumps_epoch_fences_and_stamps_dispatch(void **state) {
   assert_int_equal(rd.out_count, 3);
   assert_true(rd.out_records[1].fence);
   assert_int_equal(rd.out_records[1].epoch, 1);
-  for (size_t i = 0; i < rd.out_count; i++) qim_store_log_record_free(&rd.out_records[i]);
-  qim_free(rd.out_records);
+  qim_store_log_read_free(&rd);
 }
 
 /* ---- intents ----------------------------------------------------------------------------- */
