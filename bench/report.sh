@@ -97,11 +97,12 @@ done
 echo
 echo "Search steps:"
 echo
-echo "| rate | p50 ms | p99 ms | lost | errors | send lag p99 ms | server CPU % | verdict |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| rate | p50 ms | p99 ms | slowest deliveries of the worst 0.1-s windows, ms (s into the run) | lost | errors | send lag p99 ms | server CPU % | verdict |"
+echo "|---|---|---|---|---|---|---|---|---|"
 { grep "^p2p-search	" "$RESULTS" 2>/dev/null || true; } | cut -f3 | while read -r l; do
   f() { echo "$l" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
-  echo "| $(num "$(f rate_target)") | $(f lat_p50_ms) | $(f lat_p99_ms) | $(f lost) | $(f errors) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(f verdict) |"
+  worst=$(f lat_worst_windows | tr ',' '\n' | head -3 | awk -F: '{printf "%s%s (%s)", (NR > 1 ? ", " : ""), $2, $1}')
+  echo "| $(num "$(f rate_target)") | $(f lat_p50_ms) | $(f lat_p99_ms) | ${worst:-—} | $(f lost) | $(f errors) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(f verdict) |"
 done
 echo
 command_line p2p-100

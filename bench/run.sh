@@ -39,12 +39,12 @@ want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 # ---- sizes: full run (< 15 minutes on 2 cores) and --quick ------------------------------------
 if [ $QUICK = 1 ]; then
-  SECS=1; WARM=0.5; CURVE_SECS=1; SEARCH_STEPS=1; ACCOUNTS=40; P2P_USERS=20; P2P_START=100
+  SECS=1; P2P_SECS=1; WARM=0.5; CURVE_SECS=1; SEARCH_STEPS=1; ACCOUNTS=40; P2P_USERS=20; P2P_START=100
   G_SMALL=10; G_LARGE=20; G_SENDERS=2; IDLE_CONNS=200; IDLE_HOLD=2; SOCK_CONNS=1000
   COMMIT_ARGS="--messages 200"; DISK_SECS=1; HISTORY_ARGS="--messages 20000 --iterations 200"
   HISTORY_MESSAGES=20000
 else
-  SECS=5; WARM=1; CURVE_SECS=10; SEARCH_STEPS=4; ACCOUNTS=1000; P2P_USERS=1000; P2P_START=500
+  SECS=5; P2P_SECS=10; WARM=1; CURVE_SECS=10; SEARCH_STEPS=4; ACCOUNTS=1000; P2P_USERS=1000; P2P_START=500
   G_SMALL=100; G_LARGE=1000; G_SENDERS=10; IDLE_CONNS=15000; IDLE_HOLD=10; SOCK_CONNS=5000
   COMMIT_ARGS=""; DISK_SECS=3; HISTORY_ARGS=""
   HISTORY_MESSAGES=1000000
@@ -192,7 +192,7 @@ step() {
   local id=$1 lim=$2 rate=$3; shift 3
   settle
   # shellcheck disable=SC2086
-  record "$id-search" "$QB" "$@" --rate "$rate" --duration $SECS --warmup $WARM $S
+  record "$id-search" "$QB" "$@" --rate "$rate" --duration "${STEP_SECS:-$SECS}" --warmup $WARM $S
   local v
   v=$(verdict "$(last_result "$id-search")" "$lim")
   sed -i '$ s/$/ verdict='"$v"'/' "$RESULTS"
@@ -234,7 +234,8 @@ search() {
 # ---- 2. one-to-one ---------------------------------------------------------------------------
 if want p2p; then
   # One-to-one topics (`sub usr<peer>`, both sides), qim-bench's default, named explicitly.
-  max=$(search p2p $P99_LIMIT_MS $P2P_START p2p --via usr --users $P2P_USERS)
+  # Its steps run as long as the curve's points (bench/README.md, section 2).
+  max=$(STEP_SECS=$P2P_SECS search p2p $P99_LIMIT_MS $P2P_START p2p --via usr --users $P2P_USERS)
   printf 'p2p-max\t(search)\tscenario=p2p-max max_rate=%s p99_limit_ms=%s status=ok\n' "$max" $P99_LIMIT_MS >> "$RESULTS"
   if [ "$max" -gt 0 ]; then
     for pct in 25 50 75 100; do

@@ -67,3 +67,32 @@ uint64_t qim_hist_quantile(const qim_hist *h, double q) {
 double qim_hist_mean(const qim_hist *h) {
   return h->count ? h->sum / (double)h->count : 0.0;
 }
+
+void qim_hist_windows_init(qim_hist_windows *w, uint64_t start_us, uint64_t width_us) {
+  memset(w->max_us, 0, sizeof w->max_us);
+  w->start_us = start_us;
+  w->width_us = width_us ? width_us : 1;
+}
+
+void qim_hist_windows_record(qim_hist_windows *w, uint64_t at_us, uint64_t value_us) {
+  if (at_us < w->start_us) return;
+  uint64_t i = (at_us - w->start_us) / w->width_us;
+  if (i >= QIM_HIST_WINDOWS_MAX) return;
+  uint32_t v = value_us > UINT32_MAX ? UINT32_MAX : (uint32_t)value_us;
+  if (v > w->max_us[i]) w->max_us[i] = v;
+}
+
+unsigned qim_hist_windows_worst(const qim_hist_windows *w, unsigned k, uint32_t *out) {
+  unsigned n = 0;
+  for (uint32_t i = 0; k && i < QIM_HIST_WINDOWS_MAX; i++) {
+    uint32_t v = w->max_us[i];
+    if (!v || (n == k && v <= w->max_us[out[n - 1]])) continue;
+    unsigned j = n < k ? n++ : n - 1; /* insertion from the end, dropping the smallest */
+    while (j > 0 && w->max_us[out[j - 1]] < v) {
+      out[j] = out[j - 1];
+      j--;
+    }
+    out[j] = i;
+  }
+  return n;
+}

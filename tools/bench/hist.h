@@ -41,6 +41,27 @@ uint64_t qim_hist_quantile(const qim_hist *h, double q);
 /* Mean of the recorded values; 0 when empty. */
 double qim_hist_mean(const qim_hist *h);
 
+/*
+ * The slowest value recorded in each fixed window of time: whether a run's tail is one
+ * stall or spread over the run, which a percentile alone cannot tell. Windows past
+ * QIM_HIST_WINDOWS_MAX (or before start) are not kept.
+ */
+#define QIM_HIST_WINDOWS_MAX 6000
+typedef struct qim_hist_windows {
+  uint64_t start_us, width_us;
+  uint32_t max_us[QIM_HIST_WINDOWS_MAX]; /* 0: nothing recorded in that window */
+} qim_hist_windows;
+
+/* Empties `w`: windows of width_us (> 0) from start_us on. */
+void qim_hist_windows_init(qim_hist_windows *w, uint64_t start_us, uint64_t width_us);
+
+/* Counts `value_us` in the window holding time `at_us`. */
+void qim_hist_windows_record(qim_hist_windows *w, uint64_t at_us, uint64_t value_us);
+
+/* Writes the indexes of the (at most k) windows with the largest maxima, largest first
+ * (ties: the earlier window first), to out; returns how many. */
+unsigned qim_hist_windows_worst(const qim_hist_windows *w, unsigned k, uint32_t *out);
+
 /* Bucket index of `us` and the largest value that bucket holds (exposed for tests). */
 unsigned qim_hist_index(uint64_t us);
 uint64_t qim_hist_upper(unsigned index);

@@ -44,6 +44,10 @@ enum { PH_CONNECT, PH_CREATE, PH_JOIN, PH_QUIET, PH_RUN, PH_DRAIN, PH_DONE };
 #define QUIET_MS 500
 #define QUIET_MAX_MS 60000
 
+/* The per-window tail: windows of 100 ms of send time; the report names the worst five. */
+#define WINDOW_US 100000u
+#define WORST_WINDOWS 5
+
 typedef struct chat chat;
 
 typedef struct sender {
@@ -84,6 +88,7 @@ struct chat {
   uint64_t sent_total, sent, acked, ack_errors, expected, delivered, delivered_all, foreign,
       skipped, dups, late, old, self, unknown;
   qim_hist lat, ack, lag;
+  qim_hist_windows lat_windows; /* by send time: one stall, or a tail over the whole run */
   uv_timer_t tick; /* phase transitions and drain checks */
   uint64_t quiet_from_us, quiet_ms; /* PH_QUIET: when it began; how long it took */
 };
@@ -201,7 +206,9 @@ static void on_data(qim_bench_client *c, const qim_tframe_msg *m) {
   if ((uint64_t)m->qbt < ch->measure_from_us || (uint64_t)m->qbt >= ch->send_until_us) return;
   ch->delivered++;
   uint64_t now = qim_bench_now_us();
-  qim_hist_record(&ch->lat, now > (uint64_t)m->qbt ? now - (uint64_t)m->qbt : 0);
+  uint64_t lat = now > (uint64_t)m->qbt ? now - (uint64_t)m->qbt : 0;
+  qim_hist_record(&ch->lat, lat);
+  qim_hist_windows_record(&ch->lat_windows, (uint64_t)m->qbt, lat);
 }
 
 static void on_pub_reply(chat *ch, qim_bench_client *c, const qim_tframe_msg *m) {
@@ -338,6 +345,7 @@ static void start_senders(chat *ch) {
   ch->t_begin_us = now + 100000; /* a moment for every timer to be armed */
   ch->measure_from_us = ch->t_begin_us + (uint64_t)(ch->o->warmup_s * 1e6);
   ch->send_until_us = ch->measure_from_us + (uint64_t)(ch->o->duration_s * 1e6);
+  qim_hist_windows_init(&ch->lat_windows, ch->measure_from_us, WINDOW_US);
   ch->period_us = (uint64_t)((double)ch->nsenders * 1e6 / ch->o->rate);
   if (ch->period_us == 0) ch->period_us = 1;
   ch->running_senders = 0;
@@ -388,6 +396,18 @@ static void start_phase(chat *ch, int phase) {
 /* ---- report -----------------------------------------------------------------------------------
  */
 
+/* "t:ms,…": the WORST_WINDOWS windows with the slowest deliveries, slowest first, each as
+ * its start (seconds into the measured run) and that delivery's latency. */
+static void worst_windows(const chat *ch, char *out, size_t cap) {
+  uint32_t top[WORST_WINDOWS];
+  unsigned n = qim_hist_windows_worst(&ch->lat_windows, WORST_WINDOWS, top);
+  size_t len = 0;
+  out[0] = 0;
+  for (unsigned i = 0; i < n && len < cap; i++)
+    len += (size_t)snprintf(out + len, cap - len, "%s%.1f:%.1f", i ? "," : "",
+                            top[i] * (WINDOW_US / 1e6), ch->lat_windows.max_us[top[i]] / 1e3);
+}
+
 static void report(chat *ch) {
   qim_bench_run *r = &ch->run;
   const qim_bench_opts *o = ch->o;
@@ -423,6 +443,9 @@ static void report(chat *ch) {
   qim_bench_kv_hist(r, "lat", &ch->lat);
   qim_bench_kv_hist(r, "ack", &ch->ack);
   qim_bench_kv_hist(r, "lag", &ch->lag);
+  char worst[128];
+  worst_windows(ch, worst, sizeof worst);
+  if (worst[0]) qim_bench_kv(r, "lat_worst_windows", "%s", worst);
 
   char human[2048];
   const char *shape = ch->group_mode ? "groups"
@@ -435,6 +458,7 @@ static void report(chat *ch) {
            "  delivered %llu of %llu expected (%llu lost; %llu duplicates, %llu out of order, "
            "%llu echoed to the sender): %.0f deliveries/s\n"
            "  send->delivery ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n"
+           "  slowest %.1f-s windows (s into the run: slowest delivery ms): %s\n"
            "  send->ack ms:      p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n"
            "  client send lag ms: p99 %.2f  max %.2f\n",
            o->scenario, ch->nclients, ch->nconv, shape, ch->gsize, ch->nsenders, o->rate, d,
@@ -445,6 +469,7 @@ static void report(chat *ch) {
            (unsigned long long)ch->late, (unsigned long long)ch->self, (double)ch->delivered / d,
            qim_hist_quantile(&ch->lat, .5) / 1e3, qim_hist_quantile(&ch->lat, .9) / 1e3,
            qim_hist_quantile(&ch->lat, .99) / 1e3, qim_hist_quantile(&ch->lat, 1) / 1e3,
+           WINDOW_US / 1e6, worst[0] ? worst : "none",
            qim_hist_quantile(&ch->ack, .5) / 1e3, qim_hist_quantile(&ch->ack, .9) / 1e3,
            qim_hist_quantile(&ch->ack, .99) / 1e3, qim_hist_quantile(&ch->ack, 1) / 1e3,
            qim_hist_quantile(&ch->lag, .99) / 1e3, qim_hist_quantile(&ch->lag, 1) / 1e3);

@@ -1,7 +1,7 @@
 /*
  * test_hist.c — qim-bench's latency histogram (tools/bench/hist.h) and its /proc readers
  * (tools/bench/procstat.h): percentiles against exactly known distributions, the bucket
- * layout's error bound, merging, and parsing of the /proc formats including awkward
+ * layout's error bound, merging, the slowest windows of a run, and parsing of the /proc formats including awkward
  * process names.
  */
 #include <errno.h>
@@ -83,6 +83,43 @@ static void test_merge_adds_counts_and_extremes(void **state) {
   assert_int_equal(a.max, 5000);
   assert_int_equal(qim_hist_quantile(&a, 0.5), 10);
   assert_true(qim_hist_quantile(&a, 0.95) >= 5000);
+}
+
+static void test_windows_name_the_slowest_windows_slowest_first(void **state) {
+  (void)state;
+  static qim_hist_windows w; /* 24 KB: not on the test's stack */
+  qim_hist_windows_init(&w, 1000000, 100000);
+  qim_hist_windows_record(&w, 999999, 900000); /* before the start: not kept */
+  qim_hist_windows_record(&w, 1000000, 5000);  /* window 0 */
+  qim_hist_windows_record(&w, 1099999, 7000);  /* window 0 again: its max */
+  qim_hist_windows_record(&w, 1250000, 80000); /* window 2 */
+  qim_hist_windows_record(&w, 1250000, 1000);  /* a smaller value leaves the max */
+  qim_hist_windows_record(&w, 1550000, 7000);  /* window 5: ties with window 0 */
+  qim_hist_windows_record(&w, 1000000 + 100000ull * QIM_HIST_WINDOWS_MAX, 1); /* past the end */
+  uint32_t top[4];
+  assert_int_equal(qim_hist_windows_worst(&w, 4, top), 3);
+  assert_int_equal(top[0], 2);
+  assert_int_equal(top[1], 0); /* of equal maxima, the earlier first */
+  assert_int_equal(top[2], 5);
+  assert_int_equal(w.max_us[0], 7000);
+  assert_int_equal(w.max_us[2], 80000);
+  /* Only k are named, and they are the largest. */
+  assert_int_equal(qim_hist_windows_worst(&w, 1, top), 1);
+  assert_int_equal(top[0], 2);
+  assert_int_equal(qim_hist_windows_worst(&w, 0, top), 0);
+  qim_hist_windows_init(&w, 0, 1000);
+  assert_int_equal(qim_hist_windows_worst(&w, 4, top), 0);
+}
+
+static void test_windows_keep_the_k_largest_when_many_windows_are_filled(void **state) {
+  (void)state;
+  static qim_hist_windows w;
+  qim_hist_windows_init(&w, 0, 10);
+  /* Windows 0..999 hold the maxima 1..1000 in a scrambled order (7919 is prime to 1000). */
+  for (uint32_t i = 0; i < 1000; i++) qim_hist_windows_record(&w, i * 10ull, 1 + (i * 7919u) % 1000u);
+  uint32_t top[5];
+  assert_int_equal(qim_hist_windows_worst(&w, 5, top), 5);
+  for (unsigned j = 0; j < 5; j++) assert_int_equal(w.max_us[top[j]], 1000 - j);
 }
 
 /* ---- /proc ------------------------------------------------------------------------------------
@@ -175,6 +212,8 @@ int main(void) {
       cmocka_unit_test(test_every_value_lands_in_a_bucket_that_holds_it),
       cmocka_unit_test(test_quantile_is_clipped_to_the_exact_max_and_empty_is_zero),
       cmocka_unit_test(test_merge_adds_counts_and_extremes),
+      cmocka_unit_test(test_windows_name_the_slowest_windows_slowest_first),
+      cmocka_unit_test(test_windows_keep_the_k_largest_when_many_windows_are_filled),
       cmocka_unit_test(test_stat_with_spaces_and_parens_in_the_name),
       cmocka_unit_test(test_status_keys),
       cmocka_unit_test(test_sockstat_line),
