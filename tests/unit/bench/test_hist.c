@@ -1,8 +1,8 @@
 /*
  * test_hist.c — qim-bench's latency histogram (tools/bench/hist.h) and its /proc readers
  * (tools/bench/procstat.h): percentiles against exactly known distributions, the bucket
- * layout's error bound, merging, the slowest windows of a run, and parsing of the /proc formats including awkward
- * process names.
+ * layout's error bound, merging, the slowest windows of a run, and parsing of the /proc
+ * formats including awkward process names.
  */
 #include <errno.h>
 #include <stdlib.h>
