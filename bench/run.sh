@@ -116,8 +116,8 @@ if want commit && [ -x "$BB/qim-bench-commit" ]; then
   if [ -n "$line" ]; then
     rate=$(echo "$line" | sed -n 's/.*sends\/s=\([0-9.]*\).*/\1/p')
     p99=$(echo "$line" | sed -n 's/.* p99=\([0-9.]*\)ms.*/\1/p')
-    printf 'commit\tqim-bench-commit %s\tscenario=commit sends_per_s=%s p99_ms=%s status=ok\n' \
-      "$COMMIT_ARGS" "$rate" "$p99" >> "$RESULTS"
+    printf 'commit\tbench/qim-bench-commit%s\tscenario=commit sends_per_s=%s p99_ms=%s status=ok\n' \
+      "${COMMIT_ARGS:+ $COMMIT_ARGS}" "$rate" "$p99" >> "$RESULTS"
   fi
 fi
 
@@ -281,7 +281,7 @@ if want history && [ -x "$BB/qim-bench-history" ]; then
   # The get data line (the request the WebSocket run makes) and the overall verdict.
   hl=$(grep 'get data before=<random> limit=50' "$WORK/history.out" | head -1 || true)
   if [ -n "$hl" ]; then
-    printf 'history-inproc\tqim-bench-history%s\tscenario=history-inproc messages=%s p50_us=%s p99_us=%s max_us=%s target=%s status=ok\n' \
+    printf 'history-inproc\tbench/qim-bench-history%s\tscenario=history-inproc messages=%s p50_us=%s p99_us=%s max_us=%s target=%s status=ok\n' \
       "${HISTORY_ARGS:+ $HISTORY_ARGS}" "$(sed -n 's/^qim-bench-history: \([0-9]*\) messages.*/\1/p' "$WORK/history.out")" \
       "$(echo "$hl" | sed -n 's/.* p50 *\([0-9.]*\) us.*/\1/p')" "$(echo "$hl" | sed -n 's/.* p99 *\([0-9.]*\) us.*/\1/p')" \
       "$(echo "$hl" | sed -n 's/.* max *\([0-9.]*\) us.*/\1/p')" \
