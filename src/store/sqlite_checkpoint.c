@@ -57,7 +57,7 @@
 #define WRITEBACK_EVERY_MS 2
 #define CKPT_NICE 19
 
-static uint64_t restart_frames(const sq_store *st) {
+uint64_t sq_ckpt_restart_frames(const sq_store *st) {
   return st->opt.checkpoint_frames * 5ull / 2;
 }
 static uint64_t inline_frames(const sq_store *st) {
@@ -193,7 +193,7 @@ void sq_ckpt_after_commit(sq_store *st, sqlite3 *db, const char *name, int frame
   if (n < k->copied) k->copied = 0; /* the WAL started over */
   if (!k->running) {
     uint64_t left = n - k->copied;
-    bool long_wal = n >= restart_frames(st);
+    bool long_wal = n >= sq_ckpt_restart_frames(st);
     finish = (long_wal && left <= TAIL_FRAMES) || n >= inline_frames(st);
     if (finish) {
       k->copied = 0;

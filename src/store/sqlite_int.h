@@ -178,6 +178,12 @@ struct sq_store {
   uint64_t wal_frames;  /* WAL size after the last commit (writer thread only) */
   bool erase_pending;   /* writer only: content erased since the WAL was last truncated */
   uint64_t truncate_at; /* writer only: when to truncate it even under load (ms) */
+  /* Writer only: how often the WAL started over (wal_hook), in which of those runs the
+   * last erase was committed, and whether the running batch erased something (sqlite.c,
+   * "erased content leaves the WAL"). */
+  uint64_t wal_generation, erase_generation;
+  bool erase_in_batch;
+  uint32_t wal_frame_bytes; /* a WAL frame: 24-byte header + one page */
   sq_ckpt ckpt;
   sq_sync sync;
   uint32_t linger_gain, linger_skipped; /* writer thread only: see linger() in sqlite.c */
@@ -195,6 +201,8 @@ struct sq_store {
     _Atomic uint64_t lingers, lingered;          /* lingers, and operations they added */
     _Atomic uint64_t reads_inline;               /* reads run on the submitting worker's thread */
     _Atomic uint64_t checkpoint_ns, checkpoints; /* the writer's busy checkpoints, wall time */
+    _Atomic uint64_t truncate_ns, truncates;     /* its TRUNCATE checkpoints (idle or erase) */
+    _Atomic uint64_t erase_turnovers; /* erases the WAL's turning over wiped (erase_wiped) */
     _Atomic uint64_t bg_checkpoint_ns, bg_checkpoints; /* the checkpointer's passes */
     _Atomic uint64_t writebacks;                       /* write-outs started during them */
     _Atomic uint64_t syncs, sync_ns;                   /* the syncer's WAL syncs, wall time */
@@ -234,6 +242,8 @@ void sq_ckpt_stop(sq_store *st);
  * asks for a round, copies the remainder after one, or checkpoints itself when the WAL
  * has grown too long. */
 void sq_ckpt_after_commit(sq_store *st, sqlite3 *db, const char *name, int frames);
+/* How long the WAL grows under writes before it starts over (frames). */
+uint64_t sq_ckpt_restart_frames(const sq_store *st);
 
 /* ---- sqlite_sync.c: durability after the COMMIT ------------------------------------- */
 

@@ -451,9 +451,9 @@ typedef struct {
  * appended before that key) are rewritten with the
  * body dropped (payload_or_ciphertext empty, no media_metadata; offsets, keys, ids,
  * message type, custom type, schema version and every other field kept: the fanout's
- * definition of "redacted"). sqlite overwrites freed bytes (secure_delete) and truncates
- * the WAL by a checkpoint at most QIM_STORE_WIPE_BOUND_MS later. -ENOENT if no such
- * record. */
+ * definition of "redacted"). sqlite overwrites freed bytes (secure_delete), and the old
+ * page images leave the WAL at most QIM_STORE_WIPE_BOUND_MS later: as it starts over under
+ * steady writes, or else by a truncating checkpoint. -ENOENT if no such record. */
 #define QIM_STORE_WIPE_BOUND_MS 5000
 typedef struct { qim_store_req req; qim_tenant_id tenant_id; qim_conversation_id conversation_id; qim_conversation_seq seq; qim_message_state state; bool wipe_body; qim_timestamp_millis now; } qim_store_record_set_state_req;
 
@@ -717,6 +717,8 @@ struct qim_store_stats {
   uint64_t checkpoints;           /* sqlite: checkpoints on the writer's own thread (stalls) */
   uint64_t checkpoints_background; /* sqlite: passes of the background checkpointer */
   uint64_t writebacks;            /* sqlite: write-outs of the database file started during them */
+  uint64_t wal_truncates;         /* sqlite: WAL truncates (writes paused, or an erase due) */
+  uint64_t erase_turnovers;       /* sqlite: erases wiped from the WAL by its starting over */
   uint64_t syncs;                 /* sqlite: the syncer's WAL syncs (each covers every COMMIT
                                      written before it) */
   uint64_t sync_waits;            /* sqlite: completions held back until one of those */

@@ -3,7 +3,8 @@
  * sqlite_checkpoint.c) keeps the WAL short under writes that never pause: its rounds do
  * the copying, the WAL starts over instead of growing, and everything written reads back
  * after a reopen. And an erase made while the writes go on still leaves the files within
- * the store's bound, although the writer is never idle long enough to truncate on its own.
+ * the store's bound, although the writer is never idle long enough to truncate on its own:
+ * by the truncate it asks for, or sooner, by the WAL starting over.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -96,6 +97,16 @@ static void test_wal_stays_short_under_writes_that_never_pause(void **state) {
   qim_test_rmtree(dir);
 }
 
+/* Rewrites the outbox record at `offset` with a payload of 'a's (what append filled it with,
+ * less the needle). */
+static void redact(qim_store *s, uint64_t offset) {
+  static uint8_t clean[PAYLOAD];
+  memset(clean, 'a', sizeof clean);
+  qim_store_log_redact_req rr = {.position = {{QIM_LOG_STREAM_OUTBOX, 0}, offset},
+                                 .payload = {clean, sizeof clean}};
+  assert_int_equal(QIM_STORE_SYNC(s, logs.redact, &rr), 0);
+}
+
 static bool file_holds(const char *dir, const char *name, const char *needle) {
   char path[600];
   snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -118,11 +129,7 @@ static void test_redacted_payload_leaves_the_files_while_writes_go_on(void **sta
   qim_store *s = fx_open(dir, NULL, &o);
   append(s, 0, 'a', needle);
   assert_true(file_holds(dir, "store.db-wal", needle));
-  static uint8_t clean[PAYLOAD];
-  memset(clean, 'a', sizeof clean);
-  qim_store_log_redact_req rr = {.position = {{QIM_LOG_STREAM_OUTBOX, 0}, 1},
-                                 .payload = {clean, sizeof clean}};
-  assert_int_equal(QIM_STORE_SYNC(s, logs.redact, &rr), 0);
+  redact(s, 1);
 
   /* A write every 20 ms: the writer never idles the second it would truncate after. */
   uint64_t start = now_ms();
@@ -134,6 +141,39 @@ static void test_redacted_payload_leaves_the_files_while_writes_go_on(void **sta
     nanosleep(&pause, NULL);
   }
   assert_true(gone);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
+/* Writes all the same hold the redacted bytes in the WAL: the run (generation) the redact
+ * was committed in has old images of its page, and a run that starts over does not cover
+ * what the file had past its end until it has grown as long. The erase stops being due
+ * once it has, without a truncate (which would stall the writer while it copies the whole
+ * WAL); at that moment, not later, neither file may hold the payload. */
+static void test_erase_under_steady_writes_leaves_as_the_wal_turns_over_not_by_a_truncate(void **state) {
+  (void)state;
+  static const char needle[] = "NEEDLE-81d2c7-TURNOVER";
+  char *dir = qim_test_tmpdir("store-ckpt-turn");
+  qim_store_options o = fx_options();
+  o.checkpoint_frames = 40; /* the WAL starts over every ~100 pages: a few dozen appends */
+  qim_store *s = fx_open(dir, NULL, &o);
+  /* The payload and its redact a few dozen frames into one run: when the next run starts,
+   * its first COMMITs do not reach that far, so the old image is still in the file. */
+  for (uint32_t i = 0; i <= 10; i++) append(s, i, 'a', i == 10 ? needle : NULL);
+  assert_true(file_holds(dir, "store.db-wal", needle));
+  redact(s, 11);
+  qim_store_stats before, now;
+  qim_store_get_stats(s, &before);
+  now = before;
+  uint64_t start = now_ms();
+  for (uint32_t i = 11; now.erase_turnovers == before.erase_turnovers; i++) {
+    assert_true(now_ms() - start < QIM_STORE_WIPE_BOUND_MS);
+    append(s, i, 'b', NULL);
+    qim_store_get_stats(s, &now);
+  }
+  assert_false(file_holds(dir, "store.db-wal", needle));
+  assert_false(file_holds(dir, "store.db", needle));
+  assert_int_equal(now.wal_truncates, before.wal_truncates);
   qim_store_close(s);
   qim_test_rmtree(dir);
 }
@@ -186,6 +226,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wal_stays_short_under_writes_that_never_pause),
       cmocka_unit_test(test_redacted_payload_leaves_the_files_while_writes_go_on),
+      cmocka_unit_test(test_erase_under_steady_writes_leaves_as_the_wal_turns_over_not_by_a_truncate),
       cmocka_unit_test(test_checkpointer_runs_at_the_lowest_cpu_priority),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
