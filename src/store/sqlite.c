@@ -581,10 +581,8 @@ static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames) {
   atomic_fetch_add(&st->stats.pages, restarted ? (uint64_t)frames : (uint64_t)frames - before);
   st->wal_frames = (uint64_t)frames;
   if (restarted) st->wal_generation++;
-  if (st->erase_in_batch) { /* this COMMIT carried an erase: it lives in this run */
+  if (st->erase_generation == SQ_ERASE_UNPLACED) /* this COMMIT carried an erase */
     st->erase_generation = st->wal_generation;
-    st->erase_in_batch = false;
-  }
   sq_ckpt_after_commit(st, db, name, frames);
   return SQLITE_OK;
 }
@@ -609,7 +607,7 @@ static uint64_t mono_ms(void) { return sq_now_ns() / 1000000u; }
 void sq_note_erase(sq_conn *c) {
   sq_store *st = c->st;
   if (c != &st->wconn) return;
-  st->erase_in_batch = true;
+  st->erase_generation = SQ_ERASE_UNPLACED; /* its COMMIT will say which run holds it */
   if (st->erase_pending) return; /* the bound runs from the oldest erase not yet wiped */
   st->erase_pending = true;
   st->truncate_at = mono_ms() + ERASE_TRUNCATE_MS;
@@ -629,7 +627,7 @@ void sq_note_erase(sq_conn *c) {
  * when the lanes trim), where the WAL turning over costs nothing extra.
  */
 static bool erase_wiped(sq_store *st) {
-  if (st->erase_in_batch || st->wal_generation <= st->erase_generation) return false;
+  if (st->wal_generation <= st->erase_generation) return false; /* also while unplaced */
   const char *wal = sqlite3_filename_wal(sqlite3_db_filename(st->wconn.db, "main"));
   struct stat sb;
   if (!wal || stat(wal, &sb) != 0) return false;
@@ -831,21 +829,31 @@ static const char *store_vfs(void) {
 #define READER_PRAGMAS "PRAGMA mmap_size=268435456; PRAGMA temp_store=MEMORY;"
 #define WRITER_PRAGMAS "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-32768;"
 
+int sq_pragma_int(sq_conn *c, const char *name, int *out) {
+  char sql[64];
+  snprintf(sql, sizeof sql, "PRAGMA %s", name);
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK) return sq_last_error(c);
+  int rc = sqlite3_step(st);
+  *out = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW ? 0 : sq_errno(rc);
+}
+
 /* The WAL file is cut back to one full run (sq_ckpt_restart_frames) at the first COMMIT
- * after each start-over (SQLite's journal_size_limit), so a run that grows that long
- * overwrites all of it, and a long run past the hard limit does not keep its size on disk
- * (erase_wiped below relies on the first). Records the frame size for erase_wiped. */
-static int wal_size_limit(sq_store *st, sq_conn *c, char **err) {
-  sqlite3_stmt *q = NULL;
-  int rc = sqlite3_prepare_v2(c->db, "PRAGMA page_size", -1, &q, NULL);
-  if (rc == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
-    st->wal_frame_bytes = (uint32_t)sqlite3_column_int(q, 0) + 24;
-  sqlite3_finalize(q);
-  if (rc != SQLITE_OK || st->wal_frame_bytes <= 24) return rc != SQLITE_OK ? rc : SQLITE_ERROR;
+ * after each start-over (SQLite's journal_size_limit, on the writer's connection: the one
+ * that writes frames), so a run that grows that long overwrites all of it, and a long run
+ * past the hard limit does not keep its size on disk (erase_wiped relies on the first).
+ * Records the frame size for erase_wiped. */
+static int wal_size_limit(sq_store *st) {
+  int page = 0;
+  int rc = sq_pragma_int(&st->wconn, "page_size", &page);
+  if (rc) return rc;
+  st->wal_frame_bytes = (uint32_t)page + 24;
   char sql[64];
   snprintf(sql, sizeof sql, "PRAGMA journal_size_limit=%llu",
            (unsigned long long)(32 + sq_ckpt_restart_frames(st) * st->wal_frame_bytes));
-  return sqlite3_exec(c->db, sql, NULL, NULL, err);
+  return sq_errno(sqlite3_exec(st->wconn.db, sql, NULL, NULL, NULL));
 }
 
 int sq_conn_open(sq_store *st, sq_conn *c, bool writer) {
@@ -877,7 +885,6 @@ int sq_conn_open(sq_store *st, sq_conn *c, bool writer) {
     snprintf(sql, sizeof sql, "PRAGMA max_page_count=%lld", (long long)st->max_page_count);
     rc = sqlite3_exec(c->db, sql, NULL, NULL, &err);
   }
-  if (rc == SQLITE_OK && writer) rc = wal_size_limit(st, c, &err);
   if (rc != SQLITE_OK) {
     QIM_LOGE(NULL, "store.sqlite.pragma", "msg=\"%s\"", err ? err : "?");
     sqlite3_free(err);
@@ -1077,6 +1084,7 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
   }
   rc = parse_location(location, st);
   if (rc == 0) rc = sq_conn_open(st, &st->wconn, true);
+  if (rc == 0) rc = wal_size_limit(st);
   if (rc == 0) rc = sq_schema_layout(&st->wconn, &st->opt.shards);
   if (rc == 0) rc = sq_schema_migrate(&st->wconn, &st->opt.shards);
   if (rc == 0 && opt->layout_out) *opt->layout_out = st->opt.shards;

@@ -158,6 +158,8 @@ typedef struct sq_sync {
   sq_sync_wait *head, *tail;
 } sq_sync;
 
+#define SQ_ERASE_UNPLACED UINT64_MAX
+
 struct sq_store {
   qim_store base;
   qim_store_options opt;
@@ -178,11 +180,9 @@ struct sq_store {
   uint64_t wal_frames;  /* WAL size after the last commit (writer thread only) */
   bool erase_pending;   /* writer only: content erased since the WAL was last truncated */
   uint64_t truncate_at; /* writer only: when to truncate it even under load (ms) */
-  /* Writer only: how often the WAL started over (wal_hook), in which of those runs the
-   * last erase was committed, and whether the running batch erased something (sqlite.c,
-   * "erased content leaves the WAL"). */
+  /* Writer only: how often the WAL started over (wal_hook), and in which of those runs the
+   * last erase was committed (SQ_ERASE_UNPLACED until its COMMIT; sqlite.c, erase_wiped). */
   uint64_t wal_generation, erase_generation;
-  bool erase_in_batch;
   uint32_t wal_frame_bytes; /* a WAL frame: 24-byte header + one page */
   sq_ckpt ckpt;
   sq_sync sync;
@@ -279,6 +279,8 @@ void sq_fail_unsynced(sq_store *st, qim_store_req *list, bool write);
  * reset and unbound, or NULL (then sq_last_error gives the status). The statement is
  * reset again when the operation ends, so it never pins a read snapshot. */
 sqlite3_stmt *sq_prep(sq_conn *c, const char *sql);
+/* The integer a `PRAGMA name` returns; 0 or -errno. */
+int sq_pragma_int(sq_conn *c, const char *name, int *out);
 /* Resets every statement the current operation used so far: a nested savepoint can only
  * be released once none is still stepping. Their rows are gone after it. */
 void sq_reset_used(sq_conn *c);

@@ -211,16 +211,6 @@ static int fill_applied(sq_conn *c) {
   return sq_errno(rc);
 }
 
-static int user_version(sq_conn *c, int *out) {
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(c->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
-    return sq_last_error(c);
-  int rc = sqlite3_step(st);
-  *out = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
-  sqlite3_finalize(st);
-  return rc == SQLITE_ROW ? 0 : sq_errno(rc);
-}
-
 /* One migration step: `from` → from + 1, atomically. */
 static int migrate_step(sq_conn *c, int from, const qim_shard_config *shards) {
   char tail[200];
@@ -271,7 +261,7 @@ static int check_shards(sq_conn *c, const qim_shard_config *shards) {
 int sq_schema_layout(sq_conn *c, qim_shard_config *shards) {
   if (shards->shard_count && shards->lanes_per_shard) return 0;
   int version;
-  int rc = user_version(c, &version);
+  int rc = sq_pragma_int(c, "user_version", &version);
   int64_t count = -1, lanes = -1;
   if (rc == 0 && version > 0) rc = meta_get(c, "shard_count", &count);
   if (rc == 0 && version > 0) rc = meta_get(c, "lanes_per_shard", &lanes);
@@ -285,7 +275,7 @@ int sq_schema_layout(sq_conn *c, qim_shard_config *shards) {
 
 int sq_schema_migrate(sq_conn *c, const qim_shard_config *shards) {
   int version;
-  int rc = user_version(c, &version);
+  int rc = sq_pragma_int(c, "user_version", &version);
   if (rc) return rc;
   if (version > SCHEMA_VERSION) {
     QIM_LOGE(NULL, "store.sqlite.schema_too_new", "version=%d known=%d", version, SCHEMA_VERSION);
