@@ -188,14 +188,22 @@ settle() {
   log "settle: qimd still busy after 60 s"
 }
 
+# mark_verdict ID LIMIT_MS: prints the verdict of ID's last run and appends it to that run's
+# result line (when the run wrote one: it is then the last line).
+mark_verdict() {
+  local v
+  v=$(verdict "$(last_result "$1")" "$2")
+  if tail -1 "$RESULTS" | grep -q "^$1	"; then sed -i '$ s/$/ verdict='"$v"'/' "$RESULTS"; fi
+  echo "$v"
+}
+
 step() {
   local id=$1 lim=$2 rate=$3; shift 3
   settle
   # shellcheck disable=SC2086
   record "$id-search" "$QB" "$@" --rate "$rate" --duration "${STEP_SECS:-$SECS}" --warmup $WARM $S
   local v
-  v=$(verdict "$(last_result "$id-search")" "$lim")
-  sed -i '$ s/$/ verdict='"$v"'/' "$RESULTS"
+  v=$(mark_verdict "$id-search" "$lim")
   log "$id-search: rate $rate: $v"
   [ "$v" = ok ]
 }
@@ -246,8 +254,7 @@ if want p2p; then
       settle
       # shellcheck disable=SC2086
       record "p2p-$pct" "$QB" p2p --via usr --users $P2P_USERS --rate $r --duration $CURVE_SECS --warmup $WARM $S --label pct=$pct
-      v=$(verdict "$(last_result "p2p-$pct")" $P99_LIMIT_MS)
-      if tail -1 "$RESULTS" | grep -q "^p2p-$pct	"; then sed -i '$ s/$/ verdict='"$v"'/' "$RESULTS"; fi
+      v=$(mark_verdict "p2p-$pct" $P99_LIMIT_MS)
       if [ "$v" = ok ] && [ $holding = 1 ]; then confirmed=$r; else holding=0; fi
     done
   fi
