@@ -19,8 +19,8 @@
  * Layout, version 1 (every integer unsigned big-endian; u128 = hi then lo, 16 bytes;
  * id16 = the 16 bytes as stored; bool = one byte 0 or 1; enum = one byte, the C value;
  * bytes = u32 length + bytes; string = bytes without NUL; list = u32 count + items):
- *   header      u8 version (1; 2 for a dispatch), u8 tag: 'R' record, 'I' intent, 'E' envelope,
- *               'D' dispatch, 'M' mailbox entry
+ *   header      u8 version (1; 2 for a dispatch and an envelope), u8 tag: 'R' record,
+ *               'I' intent, 'E' envelope, 'D' dispatch, 'M' mailbox entry
  *   content     enum type, bool has_custom [string custom_type], u32 schema_version,
  *               bytes payload, bool has_media [bytes media_metadata]
  *   coordinates id16 message_id, u128 conversation_id, u64 conversation_seq,
@@ -32,7 +32,9 @@
  *               u64 membership_version, u32 member_count, list of u32 target_shards
  *   intent      u128 key.tenant, u128 key.sender, id16 key.cmid, coordinates, enum state,
  *               audience, bool inline_body, u64 delivery.created_at, record, id16 trace
- *   envelope    intent, record
+ *   envelope    (version 2) intent; its record is the intent's record (encode refuses an
+ *               envelope whose record differs: -EINVAL). Version 1 (intent, record, two
+ *               copies of the same bytes) still decodes, if the copies are equal.
  *   dispatch    (version 2) id16 dispatch_id, coordinates source, u128 tenant,
  *               u128 sender, id16 client_message_id, u32 target_shard,
  *               u64 membership_version, list of chunks (u32 chunk_id, list of u128
@@ -100,8 +102,8 @@ int qim_committed_envelope_decode(const uint8_t *p, size_t n, qim_committed_enve
 void qim_committed_envelope_free(qim_committed_envelope *e);
 void qim_committed_envelope_copy(qim_committed_envelope *dst, const qim_committed_envelope *src);
 int qim_committed_envelope_equal(const qim_committed_envelope *a, const qim_committed_envelope *b);
-/* The read-back check of a commit (seed 004 §2): env->record == env->intent.record, and it
- * is the message `in` holds (same id, seq, cmid; the same record unless its state changed
+/* The read-back check of a commit (seed 004 §2): the envelope (whose record the codec
+ * holds equal to its intent's) is the message `in` holds (same id, seq, cmid; the same record unless its state changed
  * since, e.g. an edit or delete reached it before the commit finished). */
 bool qim_committed_envelope_matches(const qim_committed_envelope *env, const qim_commit_intent *in);
 /* The dispatch log payload. */

@@ -175,7 +175,6 @@ int qim_committed_envelope_equal(const qim_committed_envelope *a, const qim_comm
 
 bool qim_committed_envelope_matches(const qim_committed_envelope *env, const qim_commit_intent *in) {
   const qim_message_record *a = &env->record, *b = &in->record;
-  if (!qim_message_record_equal(a, &env->intent.record)) return false;
   if (memcmp(a->coordinates.message_id.b, b->coordinates.message_id.b, 16) != 0 ||
       a->coordinates.conversation_seq != in->coordinates.conversation_seq ||
       memcmp(a->client_message_id.b, b->client_message_id.b, 16) != 0 ||

@@ -15,6 +15,7 @@
 
 #define CODEC_VERSION 1
 #define DISPATCH_VERSION 2
+#define ENVELOPE_VERSION 2
 enum { TAG_RECORD = 'R', TAG_INTENT = 'I', TAG_ENVELOPE = 'E', TAG_DISPATCH = 'D', TAG_ENTRY = 'M' };
 
 /* Minimum encoded sizes, used to bound element counts before allocating. */
@@ -31,7 +32,15 @@ static void r_header(qim__rbuf *r, uint8_t tag) {
   if (!r->err && (version != CODEC_VERSION || got != tag)) r->err = -EINVAL;
 }
 
-/* The dispatch alone is at version 2 (it gained the sender's tenant, user and cmid);
+/* The envelope at version 2 carries its record once, as its intent's (DESIGN.md §1 rule 3
+ * makes them equal); version 1 carried both copies and still decodes. Returns the version. */
+static uint8_t r_envelope_header(qim__rbuf *r) {
+  uint8_t version = qim__r_u8(r), got = qim__r_u8(r);
+  if (!r->err && ((version != 1 && version != ENVELOPE_VERSION) || got != TAG_ENVELOPE)) r->err = -EINVAL;
+  return version;
+}
+
+/* The dispatch is at version 2 (it gained the sender's tenant, user and cmid);
  * version 1 records still decode, with those fields zero. Returns the version read. */
 static uint8_t r_dispatch_header(qim__rbuf *r) {
   uint8_t version = qim__r_u8(r), got = qim__r_u8(r);
@@ -318,20 +327,25 @@ int qim_commit_intent_decode(const uint8_t *p, size_t n, qim_commit_intent *dst)
 }
 
 int qim_committed_envelope_encode(const qim_committed_envelope *e, qim_bytes *out) {
+  if (!qim_message_record_equal(&e->record, &e->intent.record)) return -EINVAL;
   qim__wbuf w = {0};
-  w_header(&w, TAG_ENVELOPE);
+  qim__w_u8(&w, ENVELOPE_VERSION);
+  qim__w_u8(&w, TAG_ENVELOPE);
   enc_intent(&w, &e->intent);
-  enc_record(&w, &e->record);
   return qim__w_finish(&w, out);
 }
 
 int qim_committed_envelope_decode(const uint8_t *p, size_t n, qim_committed_envelope *dst) {
   qim__rbuf r = qim__r_init(p, n);
   *dst = (qim_committed_envelope){0};
-  r_header(&r, TAG_ENVELOPE);
+  uint8_t version = r_envelope_header(&r);
   dec_intent(&r, &dst->intent);
-  dec_record(&r, &dst->record);
+  if (version == 1) dec_record(&r, &dst->record);
   int rc = qim__r_finish(&r);
+  if (rc == 0 && version != 1) qim_message_record_copy(&dst->record, &dst->intent.record);
+  /* Version 1's two copies were written equal (and wiped together): unequal ones are not an
+   * envelope this codec could write again. */
+  if (rc == 0 && version == 1 && !qim_message_record_equal(&dst->record, &dst->intent.record)) rc = -EINVAL;
   if (rc) qim_committed_envelope_free(dst);
   return rc;
 }

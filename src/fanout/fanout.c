@@ -28,6 +28,7 @@ static void options_defaults(qim_fanout_options *o) {
   if (!o->max_call_appends) o->max_call_appends = 512;
   if (!o->idle_poll_ms) o->idle_poll_ms = 1000;
   if (!o->retry_ms) o->retry_ms = 100;
+  if (!o->trim_every) o->trim_every = 4096;
 }
 
 int qim_fanout_new(qim_store *store, const qim_fanout_options *opt, qim_fanout **out) {
@@ -277,6 +278,25 @@ static int run_records(qim__fanout *f, const qim_store_log_record *r, size_t n, 
   return rc;
 }
 
+/* Every trim_every records, the outbox below the committed offset `next` goes: the log
+ * would otherwise keep every message ever sent. The store keeps what an unfinished commit
+ * still reads back, so this may trim less. A failure only leaves the log longer until the
+ * next attempt. */
+static void outbox_trim(qim__fanout *f, uint32_t done, uint64_t next) {
+  f->since_trim += done;
+  if (f->since_trim < f->opt.trim_every) return;
+  f->since_trim = 0;
+  qim_store_log_trim_req t = {.stream = OUTBOX, .below = next};
+  int rc = QIM_STORE_SYNC(f->store, logs.trim, &t);
+  if (rc) {
+    QIM_LOGW(NULL, "fanout.outbox_trim_failed", "below=%llu rc=%s", (unsigned long long)next, qim_err_name(rc));
+    return;
+  }
+  pthread_mutex_lock(&f->mu);
+  f->status.outbox_trim = t.out_trim;
+  pthread_mutex_unlock(&f->mu);
+}
+
 int qim_fanout_run_once(qim_fanout *f, uint32_t max, uint32_t *processed) {
   uint32_t done = 0;
   if (processed) *processed = 0;
@@ -291,6 +311,7 @@ int qim_fanout_run_once(qim_fanout *f, uint32_t max, uint32_t *processed) {
   rc = QIM_STORE_SYNC(f->store, logs.read, &rd);
   if (rc) return qim__fanout_store_error(rc);
   rc = run_records(f, rd.out_records, rd.out_count, &done);
+  if (rc == 0 && done) outbox_trim(f, done, rd.out_records[done - 1].offset + 1);
   qim_store_log_read_free(&rd);
   if (processed) *processed = done;
   return rc;

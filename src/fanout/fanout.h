@@ -42,6 +42,7 @@ typedef struct qim_fanout_options {
   uint32_t max_call_appends; /* dispatch appends per store call; default 512 */
   uint32_t idle_poll_ms;     /* task: fallback poll when the outbox is drained; default 1000 */
   uint32_t retry_ms;         /* task: first backoff after a transient error; default 100 */
+  uint32_t trim_every;       /* consumed outbox records between outbox trims; default 4096 */
   /* A wake-up hint, called on the thread running the fanout once a store call has made
    * dispatches durable in the log of `shard` with recipients in `lane`: once per such
    * (shard, lane) and call. It carries no data — the lane reads its shard's log as always —
@@ -123,7 +124,9 @@ int qim_fanout_plan_envelope(qim_fanout *f, const qim_committed_envelope *env, q
  * Processes up to `max` outbox records from the committed consumer offset: plans them,
  * appends their dispatches and commits the offset, as few store calls as the batch
  * limits allow (each call: dispatches + offset, atomically). *processed (may be NULL)
- * counts records whose offset was committed by this call. Returns 0 (also when the
+ * counts records whose offset was committed by this call. Every trim_every committed
+ * records it also trims the outbox below the committed offset (logs.trim; the store keeps
+ * the records unfinished commits still read back). Returns 0 (also when the
  * outbox is drained), QIM_AGAIN on backpressure, or an error, in which case the offset
  * stays on the first record not done:
  *   FANOUT_TRANSACTION_FAILED       the combined append + offset call failed;
@@ -159,6 +162,7 @@ typedef struct qim_fanout_status {
   uint64_t records;        /* outbox records completed (this instance) */
   uint64_t dispatches;     /* dispatch appends that were new */
   uint64_t verified;       /* appends that existed and matched (replays) */
+  uint64_t outbox_trim;    /* the outbox's trim point after this instance's last trim */
 } qim_fanout_status;
 void qim_fanout_get_status(qim_fanout *f, qim_fanout_status *out);
 

@@ -11,6 +11,7 @@
 struct qim_fanout {
   qim_store *store;
   qim_fanout_options opt;
+  uint32_t since_trim; /* records committed since the last outbox trim (the consuming thread's) */
 
   /* The task. `mu` guards everything below; the worker holds it only between steps. */
   pthread_mutex_t mu;

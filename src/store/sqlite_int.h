@@ -363,6 +363,10 @@ int sq_mailbox_wipe_message(sq_conn *c, const qim_message_id *message_id);
 /* sqlite_logs.c: drops the body of one message from the outbox envelope and the mailbox
  * dispatch of every shard that holds one (deleted means gone; history.set_state). */
 int sq_logs_wipe_message(sq_conn *c, const qim_message_id *message_id);
+/* sqlite_intents.c: the outbox offset of the earliest intent still Outboxed, whose commit
+ * reads its record back (UINT64_MAX: none). Scans the in-flight index: only intents not
+ * yet Committed, a window's worth at most. */
+int sq_intents_lowest_outboxed(sq_conn *c, uint64_t *out);
 /* sqlite_intents.c: drops the record content from the stored intent of a message. */
 int sq_intent_wipe_body(sq_conn *c, const qim_commit_key *key);
 /* sqlite_history.c: empties a record's content in place (type and schema version kept). */

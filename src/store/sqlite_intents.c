@@ -313,6 +313,15 @@ static int step_recorded(sq_conn *c, const qim_commit_intent *in) {
   return rc == -EEXIST ? qim_err_raise(QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION) : rc;
 }
 
+int sq_intents_lowest_outboxed(sq_conn *c, uint64_t *out) {
+  sqlite3_stmt *st = sq_prep(c, "SELECT min(outbox_offset) FROM intents WHERE state < 3 AND state = 2");
+  if (!st) return sq_last_error(c);
+  int rc = sq_step(c, st);
+  if (rc < 0) return rc;
+  *out = rc == 1 && sqlite3_column_type(st, 0) != SQLITE_NULL ? sq_col_u64(st, 0) : UINT64_MAX;
+  return 0;
+}
+
 /* 1 when an intent of the conversation with a lower (seq, ord) is not yet published.
  * ("state < 3" repeats the partial index's condition so SQLite can use that index.) */
 static int unpublished_predecessor(sq_conn *c, const qim_commit_intent *in, uint64_t order) {

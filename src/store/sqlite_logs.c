@@ -254,13 +254,16 @@ static int lowest_consumer(sq_conn *c, int64_t stream, uint64_t *out) {
 static int trim_exec(sq_conn *c, qim_store_req *base) {
   qim_store_log_trim_req *r = (void *)base;
   int64_t sid = sq_stream_id(r->stream);
-  uint64_t next = 1, trim = 0, consumer = UINT64_MAX;
+  bool outbox = r->stream.kind == QIM_LOG_STREAM_OUTBOX;
+  uint64_t next = 1, trim = 0, consumer = UINT64_MAX, outboxed = UINT64_MAX;
   int rc = stream_state(c, sid, &next, &trim);
   if (rc == 0) rc = lowest_consumer(c, sid, &consumer);
+  if (rc == 0 && outbox) rc = sq_intents_lowest_outboxed(c, &outboxed);
   if (rc) return rc;
   uint64_t limit = r->below;
   if (r->protect && r->protect < limit) limit = r->protect;
   if (consumer < limit) limit = consumer;
+  if (outboxed < limit) limit = outboxed;
   if (next < limit) limit = next;
   r->out_trim = trim;
   if (limit <= trim) return 0; /* the trim point never moves back */
@@ -269,7 +272,9 @@ static int trim_exec(sq_conn *c, qim_store_req *base) {
   sqlite3_bind_int64(st, 1, sid);
   sq_bind_u64(st, 2, limit);
   if ((rc = sq_run(c, st))) return rc;
-  if (sq_changes(c)) sq_note_erase(c);
+  /* A consumed outbox record's body lives on in history (a delete wipes it there and here,
+   * noting its own erase), so its trim owes no WAL wipe; a dispatch's trim is retention. */
+  if (sq_changes(c) && !outbox) sq_note_erase(c);
   st = sq_prep(c,
                "INSERT INTO log_streams(stream, next_offset, trim) VALUES(?, ?, ?)"
                " ON CONFLICT(stream) DO UPDATE SET trim = excluded.trim");

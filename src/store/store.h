@@ -535,8 +535,10 @@ typedef struct { qim_store_req req; const char *consumer; qim_log_stream stream;
 typedef struct { qim_store_req req; const char *consumer; qim_log_stream stream; uint64_t offset; } qim_store_log_consumer_set_req;
 
 /* Removes records below `below`, but never below the lowest registered consumer offset of
- * the stream nor below `protect` (a producer's replay point; 0 = none) nor past the end.
- * The trim point never moves back. out_trim: the trim point afterwards. */
+ * the stream nor below `protect` (a producer's replay point; 0 = none) nor past the end;
+ * on the outbox, never past the record of an intent still Outboxed (its commit reads the
+ * record back before Committed). The trim point never moves back. out_trim: the trim
+ * point afterwards. */
 typedef struct { qim_store_req req; qim_log_stream stream; uint64_t below; uint64_t protect; uint64_t out_trim; } qim_store_log_trim_req;
 
 /* Replaces the payload of one record by `payload` (deleted means gone), keeping offset,

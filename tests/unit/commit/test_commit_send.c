@@ -490,7 +490,8 @@ static void test_failed_record_step_is_recoverable_and_recovery_commits_it(void 
   fx_close(&f);
 }
 
-/* Rewrites the record inside every outbox envelope read back. */
+/* Rewrites the record (both copies in memory, the one in the bytes) inside every outbox
+ * envelope read back. */
 static void tamper_after(hook_store *h, const char *op, qim_store_req *req) {
   (void)h;
   if (strcmp(op, "logs.read") != 0 || req->status != 0) return;
@@ -499,7 +500,10 @@ static void tamper_after(hook_store *h, const char *op, qim_store_req *req) {
     qim_committed_envelope env;
     memset(&env, 0, sizeof env);
     if (qim_committed_envelope_decode(q->out_records[i].payload.p, q->out_records[i].payload.n, &env) != 0) abort();
-    if (env.record.content.payload_or_ciphertext.n) env.record.content.payload_or_ciphertext.p[0] ^= 1;
+    if (env.record.content.payload_or_ciphertext.n) {
+      env.record.content.payload_or_ciphertext.p[0] ^= 1;
+      env.intent.record.content.payload_or_ciphertext.p[0] ^= 1;
+    }
     qim_bytes_free(&q->out_records[i].payload);
     if (qim_committed_envelope_encode(&env, &q->out_records[i].payload) != 0) abort();
     qim_committed_envelope_free(&env);

@@ -258,6 +258,48 @@ static void test_envelope_codec(void **state) {
   check_codec(envelope_codec(), &e);
 }
 
+/* Version 2 holds the record once, as the intent's: the envelope's bytes are the intent's
+ * after the header, and an envelope whose record differs cannot be encoded. */
+static void test_envelope_codec_carries_its_record_once(void **state) {
+  (void)state;
+  qim_committed_envelope e = {sample_intent(1), sample_record()};
+  qim_bytes env = {0}, in = {0}, untouched = {0};
+  assert_int_equal(qim_committed_envelope_encode(&e, &env), 0);
+  assert_int_equal(qim_commit_intent_encode(&e.intent, &in), 0);
+  assert_int_equal(env.n, in.n);
+  assert_memory_equal(env.p + 2, in.p + 2, in.n - 2);
+  e.record.content.payload_or_ciphertext.p[0] ^= 1;
+  assert_int_equal(qim_committed_envelope_encode(&e, &untouched), -EINVAL);
+  assert_null(untouched.p);
+  qim_bytes_free(&env);
+  qim_bytes_free(&in);
+  qim_committed_envelope_free(&e);
+}
+
+/* Outbox records written before version 2 (intent, then the record again) still decode. */
+static void test_envelope_version_1_still_decodes(void **state) {
+  (void)state;
+  qim_committed_envelope e = {sample_intent(0), sample_record()}, back;
+  qim_bytes in = {0}, rec = {0};
+  assert_int_equal(qim_commit_intent_encode(&e.intent, &in), 0);
+  assert_int_equal(qim_message_record_encode(&e.record, &rec), 0);
+  size_t n = in.n + rec.n - 2;
+  uint8_t *v1 = malloc(n);
+  v1[0] = 1, v1[1] = 'E';
+  memcpy(v1 + 2, in.p + 2, in.n - 2);
+  memcpy(v1 + in.n, rec.p + 2, rec.n - 2);
+  assert_int_equal(qim_committed_envelope_decode(v1, n, &back), 0);
+  assert_true(qim_committed_envelope_equal(&e, &back));
+  qim_committed_envelope_free(&back);
+  assert_int_equal(qim_committed_envelope_decode(v1, n - 1, &back), -EINVAL);
+  v1[n - 1] ^= 1; /* the second copy's created_at only: not an envelope this codec writes */
+  assert_int_equal(qim_committed_envelope_decode(v1, n, &back), -EINVAL);
+  free(v1);
+  qim_bytes_free(&in);
+  qim_bytes_free(&rec);
+  qim_committed_envelope_free(&e);
+}
+
 static void test_dispatch_codec_with_several_chunks(void **state) {
   (void)state;
   qim_group_dispatch d = sample_dispatch();
@@ -566,6 +608,8 @@ int main(void) {
       cmocka_unit_test(test_intent_codec_direct_audience),
       cmocka_unit_test(test_intent_codec_group_audience),
       cmocka_unit_test(test_envelope_codec),
+      cmocka_unit_test(test_envelope_codec_carries_its_record_once),
+      cmocka_unit_test(test_envelope_version_1_still_decodes),
       cmocka_unit_test(test_dispatch_codec_with_several_chunks),
       cmocka_unit_test(test_dispatch_version_2_layout_and_version_1_decoding),
       cmocka_unit_test(test_mailbox_entry_codec),

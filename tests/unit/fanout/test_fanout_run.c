@@ -399,6 +399,49 @@ static void test_small_call_limits_split_batches_without_losing_a_record(void **
   qim_fanout_free(f);
 }
 
+/* ---- retention ------------------------------------------------------------------------------- */
+
+/* Reads the outbox at `from`: 0, or the store's error (PositionUnavailable once trimmed). */
+static int outbox_read_at(qim_store *s, uint64_t from) {
+  qim_store_log_read_req r = {.stream = OUTBOX, .from = from, .max = 1};
+  int rc = QIM_STORE_SYNC(s, logs.read, &r);
+  qim_store_log_read_free(&r);
+  return rc;
+}
+
+static void test_consumed_outbox_records_are_trimmed_every_trim_every_records(void **state) {
+  env *e = *state;
+  fx_make_group(e->s, conv_n(80), 1, 3);
+  uint64_t first = fx_send(e->s, conv_n(80), 1);
+  for (uint64_t seq = 2; seq <= 10; seq++) fx_send(e->s, conv_n(80), seq);
+  qim_fanout_options o = {.shards = FX_SHARDS, .trim_every = 4};
+  qim_fanout *f;
+  assert_int_equal(qim_fanout_new(e->s, &o, &f), 0);
+  uint32_t n;
+  qim_fanout_status st;
+  assert_int_equal(qim_fanout_run_once(f, 3, &n), 0);
+  qim_fanout_get_status(f, &st);
+  assert_int_equal(st.outbox_trim, 0); /* 3 consumed: not yet */
+  assert_int_equal(outbox_read_at(e->s, first), 0);
+  assert_int_equal(qim_fanout_run_once(f, 3, &n), 0);
+  qim_fanout_get_status(f, &st);
+  assert_int_equal(st.outbox_trim, first + 6); /* below the committed offset */
+  assert_int_equal(outbox_read_at(e->s, first + 5), QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE);
+  assert_int_equal(outbox_read_at(e->s, first + 6), 0);
+  assert_int_equal(qim_fanout_run_once(f, 100, &n), 0);
+  assert_int_equal(n, 4);
+  qim_fanout_get_status(f, &st);
+  assert_int_equal(st.outbox_trim, first + 10);
+  assert_int_equal(fx_consumer(e->s), first + 10);
+  fx_dispatches x; /* every message was dispatched before its record went */
+  fx_all_dispatches(e->s, &x);
+  bool seen[11] = {0};
+  for (size_t i = 0; i < x.n; i++) seen[x.d[i].source_message.conversation_seq] = true;
+  for (int seq = 1; seq <= 10; seq++) assert_true(seen[seq]);
+  fx_dispatches_free(&x);
+  qim_fanout_free(f);
+}
+
 /* ---- the task ------------------------------------------------------------------------------------ */
 
 static void wait_status(qim_fanout *f, bool (*cond)(const qim_fanout_status *, uint64_t), uint64_t arg) {
@@ -465,6 +508,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_snapshot_above_the_current_version_is_unavailable_and_not_skipped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_undecodable_outbox_record_stops_the_consumer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_small_call_limits_split_batches_without_losing_a_record, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_consumed_outbox_records_are_trimmed_every_trim_every_records, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_drains_the_outbox_as_messages_arrive_and_stops, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_halts_on_a_determinism_violation, setup, teardown),
   };
