@@ -55,11 +55,12 @@ typedef struct qim_commit_config {
    * its conversation is unpublished (intents.reserve `commit`): one durable transaction
    * instead of four. Off: every send takes the staged steps (true) */
   bool commit_in_reserve;
-  /* A wake-up hint, called (on a commit worker thread, or on the sender's queue for a send
-   * committed in its reserve; outside the commit's lock) each time an
-   * intent's outbox record has become durable — before the ACK, so the outbox's consumer can
-   * start at once instead of at its next poll. It carries no data: the consumer reads the
-   * outbox log as always. Must be quick and must not call into the commit. NULL: none. */
+  /* A wake-up hint, called on the store's writer thread (the store's `committed` hint,
+   * store.h) each time the transaction that put an intent's record into the outbox has
+   * committed — before it is durable and before the ACK, so the outbox's consumer, which
+   * reads unconfirmed, starts at once instead of after the sync or at its next poll. It
+   * carries no data: the consumer reads the outbox log as always. Must be quick and must not
+   * call into the commit or the store. NULL: none. */
   void (*on_outboxed)(void *ctx);
   void *hook_ctx;
 } qim_commit_config;

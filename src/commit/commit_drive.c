@@ -211,12 +211,21 @@ static void submitted(qim_commit *c, qim__commit_entry *e, int rc, const char *s
   qim__entry_fail(c, e, rc, step, 0);
 }
 
+/* The OUTBOXED step committed: its outbox record can be read (unconfirmed) already, so the
+ * fanout starts on it while the sync runs (store.h, "Committed"). On the store's writer
+ * thread. */
+static void advance_outboxed_hint(qim_store_req *r) {
+  const qim_commit *c = r->committed_ctx;
+  c->cfg.on_outboxed(c->cfg.hook_ctx);
+}
+
 static void submit_advance(qim_commit *c, qim__commit_entry *e, qim_commit_state to) {
   entry_req(c, e, sizeof e->rq.adv, advance_done);
   e->rq.adv.key = e->key;
   e->rq.adv.to = to;
   e->rq.adv.now = qim__wall_ms(c);
   if (to == QIM_COMMIT_STATE_OUTBOXED) {
+    if (c->cfg.on_outboxed) e->rq.adv.req.committed = advance_outboxed_hint, e->rq.adv.req.committed_ctx = c;
     e->outboxing = true;
     e->conv->outboxing++;
   }
@@ -335,7 +344,6 @@ static void advance_done(qim_store_req *r) {
     e->outboxing = false;
     cv->outboxing--;
   }
-  bool outboxed = r->status == 0 && q->to == QIM_COMMIT_STATE_OUTBOXED;
   if (r->status == 0)
     advance_ok(c, e, q);
   else
@@ -343,8 +351,6 @@ static void advance_done(qim_store_req *r) {
   qim__conv_kick(c, cv);
   qim__conv_maybe_free(c, cv);
   pthread_mutex_unlock(&c->mu);
-  /* The outbox record is durable: wake its consumer now, not at its next poll. */
-  if (outboxed && c->cfg.on_outboxed) c->cfg.on_outboxed(c->cfg.hook_ctx);
 }
 
 static void verify(qim_commit *c, qim__commit_entry *e, qim_store_log_read_req *q) {

@@ -340,6 +340,14 @@ static qim__commit_entry *placeholder_new(qim__commit_send *x) {
   return e;
 }
 
+/* The reserve committed the message in its own transaction: the outbox record can be read
+ * (unconfirmed) already, so the fanout starts on it while the sync runs (store.h,
+ * "Committed"). On the store's writer thread. */
+static void reserve_outboxed_hint(qim_store_req *r) {
+  const qim_commit *c = r->committed_ctx;
+  if (((qim_store_intent_reserve_req *)r)->out_committed_here) c->cfg.on_outboxed(c->cfg.hook_ctx);
+}
+
 /* c->mu held. Reserves the send (or attaches it to a live entry of its key). */
 static void send_reserve(qim__commit_send *x) {
   qim_commit *c = x->c;
@@ -355,6 +363,7 @@ static void send_reserve(qim__commit_send *x) {
   qim_store_intent_reserve_req *q = &x->rq.reserve;
   memset(q, 0, sizeof *q);
   prep(x, reserve_done);
+  if (c->cfg.on_outboxed) q->req.committed = reserve_outboxed_hint, q->req.committed_ctx = c;
   q->proposal = &x->proposal;
   q->authorize = x->authorize;
   q->sender_read = x->kind == QIM__SEND_CLIENT;
@@ -567,8 +576,6 @@ static void reserve_done(qim_store_req *r) {
   qim__conv_kick(c, cv);
   qim__conv_maybe_free(c, cv);
   pthread_mutex_unlock(&c->mu);
-  /* The outbox record is durable: wake its consumer now (as advance_done does). */
-  if (here && c->cfg.on_outboxed) c->cfg.on_outboxed(c->cfg.hook_ctx);
 }
 
 /* ---- entry points -------------------------------------------------------------------- */

@@ -151,11 +151,18 @@ static int batch_plan(qim__fanout *f, batch *b, const qim_fanout_plan *p) {
   return 0;
 }
 
-/* The appends are durable: wake the lanes that have work in them. */
-static void batch_wake(const qim__fanout *f, const batch *b) {
-  uint32_t lanes = f->opt.shards.lanes_per_shard;
-  for (uint32_t i = 0; i < b->nwake; i++)
-    f->opt.on_dispatched(f->opt.hook_ctx, b->wake[i] / lanes, (qim_lane_id)(b->wake[i] % lanes));
+typedef struct wake_ctx {
+  const qim__fanout *f;
+  const batch *b;
+} wake_ctx;
+
+/* The appends committed: wake the lanes that have work in them, which read the dispatch logs
+ * unconfirmed, while the sync runs (store.h, "Committed"). On the store's writer thread. */
+static void batch_wake(qim_store_req *req) {
+  const wake_ctx *w = req->committed_ctx;
+  uint32_t lanes = w->f->opt.shards.lanes_per_shard;
+  for (uint32_t i = 0; i < w->b->nwake; i++)
+    w->f->opt.on_dispatched(w->f->opt.hook_ctx, w->b->wake[i] / lanes, (qim_lane_id)(w->b->wake[i] % lanes));
 }
 
 /* Sets the committed offset (used for a batch without appends and for a rewind). */
@@ -199,10 +206,11 @@ static int batch_flush(qim__fanout *f, batch *b, uint32_t *done) {
   } else {
     qim_store_log_append_req r = {.appends = b->appends, .append_count = b->count, .has_consumer = true,
                                   .consumer = QIM_FANOUT_CONSUMER, .consumer_stream = OUTBOX, .consumer_offset = b->next};
+    wake_ctx w = {f, b};
+    if (f->opt.on_dispatched) r.req.committed = batch_wake, r.req.committed_ctx = &w;
     rc = QIM_STORE_SYNC(f->store, logs.append, &r);
   }
   if (rc == -EAGAIN) return QIM_AGAIN;
-  if (rc == 0 && b->count) batch_wake(f, b);
   if (rc) {
     QIM_LOGW(NULL, "fanout.append_failed", "outbox_offset=%llu appends=%zu rc=%s", (unsigned long long)b->first,
              b->count, qim_err_name(rc));

@@ -43,11 +43,12 @@ typedef struct qim_fanout_options {
   uint32_t idle_poll_ms;     /* task: fallback poll when the outbox is drained; default 1000 */
   uint32_t retry_ms;         /* task: first backoff after a transient error; default 100 */
   uint32_t trim_every;       /* consumed outbox records between outbox trims; default 4096 */
-  /* A wake-up hint, called on the thread running the fanout once a store call has made
-   * dispatches durable in the log of `shard` with recipients in `lane`: once per such
-   * (shard, lane) and call. It carries no data — the lane reads its shard's log as always —
+  /* A wake-up hint, called on the store's writer thread once the transaction of a store
+   * call that appended dispatches to the log of `shard` with recipients in `lane` has
+   * committed (store.h, "Committed": before it is durable; a lane reads its log
+   * unconfirmed): once per such (shard, lane) and call. It carries no data — the lane reads its shard's log as always —
    * so the server wires it to qim_mailbox_notify_lane without the stages knowing each
-   * other. Must be quick and must not call into the fanout. NULL: none. */
+   * other. Must be quick and must not call into the fanout or the store. NULL: none. */
   void (*on_dispatched)(void *ctx, qim_mailbox_shard_id shard, qim_lane_id lane);
   void *hook_ctx;
 } qim_fanout_options;

@@ -558,10 +558,13 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
   atomic_fetch_add(&st->stats.operations, n);
   atomic_fetch_add(&st->stats.hist[hist_bucket(n)], 1);
   for (qim_store_req *r = list; r; r = r->next_) settle(st, r, r->status);
-  if (ok)
+  if (ok) {
+    for (qim_store_req *r = list; r; r = r->next_) /* before the syncer may complete it */
+      if (r->committed && r->status == 0) r->committed(r);
     sq_sync_answer(st, list, n, commit, true);
-  else
+  } else {
     sq_post_batch(list, n); /* nothing of it is visible: no sync to wait for */
+  }
 }
 
 /*

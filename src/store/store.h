@@ -46,6 +46,16 @@
  * one WAL, written and synced in order), so a crash may lose what the read saw together
  * with what was derived from it, never the derived write alone. Nothing read this way may
  * reach a client before a write of the caller has completed after it.
+ *
+ * Committed: a write may carry `committed`, a hint the backend runs once the transaction
+ * carrying it has committed with the write's status 0, before that transaction is durable
+ * and before `done` (sqlite: on the writer thread, between its COMMIT and the sync). It is
+ * for waking the next pipeline stage, which then reads `unconfirmed` what was just written
+ * instead of waiting out the sync first: one sync can then cover a message's hops in a row
+ * (the commit's outbox record, the fanout's dispatch, the lane's entries), where each hop
+ * waited for its own. It must be quick and must not call the store; it may read the
+ * request's outputs (set by then) but not free it. Every backend has the moment (redis: the
+ * write applied, before its fsync or WAIT), and runs it exactly once per such write.
  */
 #ifndef QIM_STORE_H
 #define QIM_STORE_H
@@ -75,6 +85,8 @@ typedef struct qim_store_req {
   qim_error error;                          /* out: payload of `status` when it has one */
   bool unconfirmed;                         /* in, reads: answer before what it saw is synced
                                                (see "Durability" above); writes ignore it */
+  void (*committed)(struct qim_store_req *req); /* in, writes, optional: see "Committed" */
+  void *committed_ctx;                      /* in: the hint's own (wrappers may take `data`) */
   struct qim_store_req *next_;              /* private to the backend */
   int op_;                                  /* private to the backend */
   void *sync_;                              /* private to QIM_STORE_SYNC */

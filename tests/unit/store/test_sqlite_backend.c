@@ -3,9 +3,11 @@
  * cannot see: group commit really batches, a failing operation fails alone inside a
  * batch, a transaction SQLite rolls back whole fails every operation in it, a full queue
  * is backpressure, a lingering transaction takes the writes that arrive meanwhile but
- * stops lingering for a lone client, completions arrive on the caller's event loop, data
- * survives a reopen, and the shard configuration is fixed at creation.
+ * stops lingering for a lone client, a write's `committed` hint runs once it committed and
+ * before its completion (never for a failed one), completions arrive on the caller's event
+ * loop, data survives a reopen, and the shard configuration is fixed at creation.
  */
+#include <stdatomic.h>
 #include <time.h>
 #include <uv.h>
 
@@ -130,41 +132,53 @@ static void gated_close(gated *g) {
   qim_test_rmtree(g->dir);
 }
 
+/* Behind a held first batch: two appends, a and c, and between them b, which writes a row
+ * (ADD user 2) and then fails (ADD user 2 again), so all of it must go. */
+typedef struct three_ops {
+  append_op first, a, c;
+  qim_store_member_change ch[2];
+  qim_store_members_change_req b;
+} three_ops;
+
+static void three_ops_init(gated *g, three_ops *t) {
+  memset(t, 0, sizeof *t);
+  fx_create_group(g->s, 1, 1);
+  gated_hold(g, &t->first);
+  append_init(&t->a, 1, "a", 1);
+  append_init(&t->c, 2, "c", 1);
+  for (int i = 0; i < 2; i++)
+    t->ch[i] = (qim_store_member_change){QIM_STORE_MEMBER_ADD, fx_user(2), QIM_GROUP_ROLE_MEMBER, 0x2F, 0x2F};
+  t->b = (qim_store_members_change_req){.tenant_id = fx_tenant(), .conversation_id = fx_conv(1),
+                                        .changes = t->ch, .change_count = 2};
+}
+
+static void three_ops_submit(gated *g, three_ops *t) {
+  assert_int_equal(g->s->vt->logs.append(g->s, &t->a.req), 0);
+  assert_int_equal(g->s->vt->conversations.members_change(g->s, &t->b), 0);
+  assert_int_equal(g->s->vt->logs.append(g->s, &t->c.req), 0);
+}
+
 static void test_failing_operation_fails_alone_in_its_batch(void **state) {
   (void)state;
   gated g;
   gated_open(&g, NULL, 0);
-  fx_create_group(g.s, 1, 1);
-  append_op first, a, c;
-  gated_hold(&g, &first);
-
-  append_init(&a, 1, "a", 1);
-  append_init(&c, 2, "c", 1);
-  /* Writes a row (ADD user 2), then fails (ADD user 2 again): all of it must go. */
-  qim_store_member_change ch[2] = {
-      {QIM_STORE_MEMBER_ADD, fx_user(2), QIM_GROUP_ROLE_MEMBER, 0x2F, 0x2F},
-      {QIM_STORE_MEMBER_ADD, fx_user(2), QIM_GROUP_ROLE_MEMBER, 0x2F, 0x2F},
-  };
-  qim_store_members_change_req b = {0};
-  b.tenant_id = fx_tenant();
-  b.conversation_id = fx_conv(1);
-  b.changes = ch;
-  b.change_count = 2;
-  fx_async(&a.req.req, g.cq, &g.done);
-  fx_async(&b.req, g.cq, &g.done);
-  fx_async(&c.req.req, g.cq, &g.done);
-  assert_int_equal(g.s->vt->logs.append(g.s, &a.req), 0);
-  assert_int_equal(g.s->vt->conversations.members_change(g.s, &b), 0);
-  assert_int_equal(g.s->vt->logs.append(g.s, &c.req), 0);
+  three_ops t;
+  three_ops_init(&g, &t);
+  append_op *first = &t.first, *a = &t.a, *c = &t.c;
+  qim_store_members_change_req *b = &t.b;
+  fx_async(&a->req.req, g.cq, &g.done);
+  fx_async(&b->req, g.cq, &g.done);
+  fx_async(&c->req.req, g.cq, &g.done);
+  three_ops_submit(&g, &t);
   qim_store_stats before;
   qim_store_get_stats(g.s, &before);
   fx_gate_release(&g.gate);
   fx_wait_count(g.cq, &g.done, 4);
 
-  assert_int_equal(first.req.req.status, 0);
-  assert_int_equal(a.req.req.status, 0);
-  assert_int_equal(b.req.status, QIM_E_GROUP_ALREADY_EXISTS);
-  assert_int_equal(c.req.req.status, 0);
+  assert_int_equal(first->req.req.status, 0);
+  assert_int_equal(a->req.req.status, 0);
+  assert_int_equal(b->req.status, QIM_E_GROUP_ALREADY_EXISTS);
+  assert_int_equal(c->req.req.status, 0);
   qim_store_stats after;
   qim_store_get_stats(g.s, &after);
   /* the held batch and one more: a, b and c shared a transaction */
@@ -177,6 +191,60 @@ static void test_failing_operation_fails_alone_in_its_batch(void **state) {
   mg.conversation_id = fx_conv(1);
   mg.user_id = fx_user(2);
   assert_int_equal(QIM_STORE_SYNC(g.s, conversations.member_get, &mg), -ENOENT);
+  gated_close(&g);
+}
+
+/* ---- the committed hint ------------------------------------------------------------------ */
+
+/* What a write's `committed` hint saw: how often it ran, and whether its `done` had. */
+typedef struct hint_seen {
+  atomic_int runs;
+  atomic_bool done_before;
+  int *done;                          /* the completion counter */
+  const qim_log_position *position;  /* an append's output, or NULL */
+} hint_seen;
+
+static void hint_record(qim_store_req *r) {
+  hint_seen *h = r->committed_ctx;
+  if (r->status != 0) fail_msg("hint for a write that failed");
+  if (h->position && h->position->offset == 0) fail_msg("hint before the outputs were set");
+  atomic_fetch_add(&h->runs, 1);
+}
+
+static void hint_done(qim_store_req *r) {
+  hint_seen *h = r->committed_ctx;
+  if (atomic_load(&h->runs) == 0 && r->status == 0) atomic_store(&h->done_before, true);
+  (*h->done)++;
+}
+
+static void hint_on(qim_store_req *r, hint_seen *h, gated *g) {
+  *h = (hint_seen){.done = &g->done};
+  r->cq = g->cq;
+  r->done = hint_done;
+  r->committed = hint_record;
+  r->committed_ctx = h;
+}
+
+static void test_committed_hint_runs_once_before_done_for_each_committed_write(void **state) {
+  (void)state;
+  gated g;
+  gated_open(&g, NULL, 0);
+  three_ops t;
+  three_ops_init(&g, &t);
+  hint_seen ha, hb, hc;
+  hint_on(&t.a.req.req, &ha, &g);
+  hint_on(&t.b.req, &hb, &g);
+  hint_on(&t.c.req.req, &hc, &g);
+  ha.position = &t.a.a.out_position, hc.position = &t.c.a.out_position;
+  three_ops_submit(&g, &t);
+  fx_gate_release(&g.gate);
+  fx_wait_count(g.cq, &g.done, 4);
+  assert_int_equal(t.b.req.status, QIM_E_GROUP_ALREADY_EXISTS);
+  assert_int_equal(atomic_load(&ha.runs), 1);
+  assert_int_equal(atomic_load(&hb.runs), 0);
+  assert_int_equal(atomic_load(&hc.runs), 1);
+  assert_false(atomic_load(&ha.done_before));
+  assert_false(atomic_load(&hc.done_before));
   gated_close(&g);
 }
 
@@ -238,6 +306,7 @@ static void test_whole_transaction_rollback_fails_every_operation(void **state) 
   gated_open(&g, "?max_page_count=120", 0);
   fx_create_group(g.s, 1, 1);
   append_op first, ops[4];
+  hint_seen hints[4];
   family_ops fam;
   gated_hold(&g, &first);
   size_t big_len = 2u << 20;
@@ -245,15 +314,17 @@ static void test_whole_transaction_rollback_fails_every_operation(void **state) 
   for (int i = 0; i < 4; i++) {
     append_init(&ops[i], (uint64_t)i + 1, i == 2 ? (const void *)big : "small",
                 i == 2 ? big_len : 5);
-    fx_async(&ops[i].req.req, g.cq, &g.done);
+    hint_on(&ops[i].req.req, &hints[i], &g);
     assert_int_equal(g.s->vt->logs.append(g.s, &ops[i].req), 0);
   }
   family_submit(&g, &fam); /* after the op that fills the database: never ran */
   fx_gate_release(&g.gate);
   fx_wait_count(g.cq, &g.done, 8);
   assert_int_equal(first.req.req.status, 0);
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 4; i++) {
     assert_int_equal(ops[i].req.req.status, QIM_E_COMMIT_LOG_TRANSACTION_ABORTED);
+    assert_int_equal(atomic_load(&hints[i].runs), 0); /* nothing of it committed */
+  }
   qim_store_stats st;
   qim_store_get_stats(g.s, &st);
   assert_int_equal(st.failed_operations, 7);
@@ -650,6 +721,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_group_commit_batches_concurrent_submitters),
       cmocka_unit_test(test_failing_operation_fails_alone_in_its_batch),
+      cmocka_unit_test(test_committed_hint_runs_once_before_done_for_each_committed_write),
       cmocka_unit_test(test_whole_transaction_rollback_fails_every_operation),
       cmocka_unit_test(test_full_queue_is_backpressure),
       cmocka_unit_test(test_completions_run_on_the_loop_thread),
