@@ -194,6 +194,13 @@ int sq_step_row(sq_conn *c, sqlite3_stmt *st) {
   return rc > 0 ? 0 : rc < 0 ? rc : -ENOENT;
 }
 
+int sq_step_u64_or_max(sq_conn *c, sqlite3_stmt *st, uint64_t *out) {
+  int rc = sq_step(c, st);
+  if (rc < 0) return rc;
+  *out = rc == 1 && sqlite3_column_type(st, 0) != SQLITE_NULL ? sq_col_u64(st, 0) : UINT64_MAX;
+  return 0;
+}
+
 int sq_run_matched(sq_conn *c, sqlite3_stmt *st) {
   int rc = sq_run(c, st);
   if (rc) return rc;

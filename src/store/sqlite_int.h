@@ -299,6 +299,9 @@ int sq_run(sq_conn *c, sqlite3_stmt *st);
 /* Steps a lookup that must find its row: 0 = the row is current, -ENOENT = no row, or
  * -errno. */
 int sq_step_row(sq_conn *c, sqlite3_stmt *st);
+/* Steps a one-row aggregate (min, max) of u64 values: *out is its value, UINT64_MAX when
+ * NULL (no rows); 0 or -errno. */
+int sq_step_u64_or_max(sq_conn *c, sqlite3_stmt *st, uint64_t *out);
 /* Runs an UPDATE that must match a row: 0, -ENOENT when it matched none, or -errno. */
 int sq_run_matched(sq_conn *c, sqlite3_stmt *st);
 /* Rows changed by the last statement. */

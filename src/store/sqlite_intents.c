@@ -315,11 +315,7 @@ static int step_recorded(sq_conn *c, const qim_commit_intent *in) {
 
 int sq_intents_lowest_outboxed(sq_conn *c, uint64_t *out) {
   sqlite3_stmt *st = sq_prep(c, "SELECT min(outbox_offset) FROM intents WHERE state < 3 AND state = 2");
-  if (!st) return sq_last_error(c);
-  int rc = sq_step(c, st);
-  if (rc < 0) return rc;
-  *out = rc == 1 && sqlite3_column_type(st, 0) != SQLITE_NULL ? sq_col_u64(st, 0) : UINT64_MAX;
-  return 0;
+  return st ? sq_step_u64_or_max(c, st, out) : sq_last_error(c);
 }
 
 /* 1 when an intent of the conversation with a lower (seq, ord) is not yet published.

@@ -245,10 +245,7 @@ static int lowest_consumer(sq_conn *c, int64_t stream, uint64_t *out) {
   sqlite3_stmt *st = sq_prep(c, "SELECT min(offset) FROM log_consumers WHERE stream=?");
   if (!st) return sq_last_error(c);
   sqlite3_bind_int64(st, 1, stream);
-  int rc = sq_step(c, st);
-  if (rc < 0) return rc;
-  *out = rc == 1 && sqlite3_column_type(st, 0) != SQLITE_NULL ? sq_col_u64(st, 0) : UINT64_MAX;
-  return 0;
+  return sq_step_u64_or_max(c, st, out);
 }
 
 static int trim_exec(sq_conn *c, qim_store_req *base) {
