@@ -3,9 +3,11 @@
  * commit_in_reserve): a fresh send whose conversation has nothing unpublished is
  * Committed by its reserve alone and leaves exactly what the staged steps leave; a step
  * failing inside it leaves the intent Reserved for the staged path and recovery, which
- * finish it once; and the outbox stays in seq order per conversation with concurrent
- * senders and with staged and in-reserve sends mixed in one conversation.
+ * finish it once; the fanout's wake-up fires on the store's writer, once per message,
+ * before its ACK, on both paths; and the outbox stays in seq order per conversation with
+ * concurrent senders and with staged and in-reserve sends mixed in one conversation.
  */
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
 
@@ -110,6 +112,43 @@ static void test_one_transaction_commit_leaves_what_the_staged_steps_leave(void 
   assert_int_equal(tf.forgotten, 3);
   fx_close(&staged);
   fx_close(&fused);
+}
+
+/* ---- the fanout's wake-up ------------------------------------------------------------------------ */
+
+/* What on_outboxed saw: how often it fired, and how often not on the store's writer. */
+typedef struct outboxed_seen {
+  atomic_int fired, elsewhere;
+} outboxed_seen;
+
+static void outboxed_count(void *ctx) {
+  outboxed_seen *o = ctx;
+  char name[16] = "";
+  pthread_getname_np(pthread_self(), name, sizeof name);
+  if (strcmp(name, "qim-writer") != 0) atomic_fetch_add(&o->elsewhere, 1);
+  atomic_fetch_add(&o->fired, 1);
+}
+
+/* On both paths the hint comes from the store's `committed` hint (the outbox record's
+ * transaction committed, before its sync), once per message, before the message's ACK. */
+static void test_on_outboxed_fires_on_the_writer_once_per_message_before_its_ack(void **state) {
+  (void)state;
+  for (int staged = 0; staged < 2; staged++) {
+    outboxed_seen seen = {0};
+    qim_commit_config cfg;
+    fx_config(&cfg);
+    cfg.commit_in_reserve = !staged;
+    cfg.on_outboxed = outboxed_count;
+    cfg.hook_ctx = &seen;
+    fx f;
+    fx_open(&f, &cfg);
+    qim_conversation_id dm, grp;
+    send_script(&f, &dm, &grp); /* returns after the third ACK */
+    assert_int_equal(atomic_load(&seen.fired), 3);
+    assert_int_equal(atomic_load(&seen.elsewhere), 0);
+    assert_int_equal(stats_of(&f).committed_in_reserve, staged ? 0 : 3);
+    fx_close(&f);
+  }
 }
 
 /* ---- a step failing inside the reserve --------------------------------------------------------
@@ -259,6 +298,7 @@ int main(void) {
   qim_log_set_level(QIM_LOG_WARN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_transaction_commit_leaves_what_the_staged_steps_leave),
+      cmocka_unit_test(test_on_outboxed_fires_on_the_writer_once_per_message_before_its_ack),
       cmocka_unit_test(
           test_failure_inside_the_reserve_leaves_it_reserved_and_recovery_finishes_it_once),
       cmocka_unit_test(test_four_threads_into_one_group_keep_the_outbox_in_seq_order),
