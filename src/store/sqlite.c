@@ -863,7 +863,11 @@ static int wal_size_limit(sq_store *st) {
   char sql[64];
   snprintf(sql, sizeof sql, "PRAGMA journal_size_limit=%llu",
            (unsigned long long)(32 + sq_ckpt_restart_frames(st) * st->wal_frame_bytes));
-  return sq_errno(sqlite3_exec(st->wconn.db, sql, NULL, NULL, NULL));
+  char *err = NULL;
+  rc = sqlite3_exec(st->wconn.db, sql, NULL, NULL, &err);
+  if (rc != SQLITE_OK) QIM_LOGE(NULL, "store.sqlite.pragma", "sql=\"%s\" msg=\"%s\"", sql, err ? err : "?");
+  sqlite3_free(err);
+  return sq_errno(rc);
 }
 
 int sq_conn_open(sq_store *st, sq_conn *c, bool writer) {

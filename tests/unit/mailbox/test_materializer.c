@@ -224,9 +224,12 @@ static void test_no_push_is_emitted_before_the_durability_receipt(void **state) 
   qim_user_id u = fx_user_on(0, 0, 0);
   qim_mailbox_route_add(w->m, fx_tenant(), u, 41);
   fx_msg msg = text(20, u);
+  /* Paused until the gate is set: a lane polls every 5 ms and could otherwise materialize
+   * the message before it, leaving the gate no commit to hold (a hang, seen under ASan). */
+  qim_mailbox_pause(w->m, QIM_MAILBOX_STAGE_MATERIALIZE);
   qim_mailbox_seq seq = fx_send(w->env->store, &msg, 0, &u, 1);
   fx_gate_set(&w->env->gate, 1); /* the next durable commit waits in before_commit */
-  qim_mailbox_notify(w->m, 0);
+  qim_mailbox_resume(w->m, QIM_MAILBOX_STAGE_MATERIALIZE);
   fx_gate_wait_entered(&w->env->gate); /* the mailbox batch is written, not yet durable */
   fx_sleep_ms(100);
   assert_int_equal(fx_sink_entries(&sink), 0);
