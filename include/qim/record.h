@@ -103,8 +103,9 @@ void qim_committed_envelope_free(qim_committed_envelope *e);
 void qim_committed_envelope_copy(qim_committed_envelope *dst, const qim_committed_envelope *src);
 int qim_committed_envelope_equal(const qim_committed_envelope *a, const qim_committed_envelope *b);
 /* The read-back check of a commit (seed 004 §2): the envelope (whose record the codec
- * holds equal to its intent's) is the message `in` holds (same id, seq, cmid; the same record unless its state changed
- * since, e.g. an edit or delete reached it before the commit finished). */
+ * holds equal to its intent's) is the message `in` holds: same id, seq and cmid, and the
+ * same record unless its state changed since (an edit or delete reached it before the
+ * commit finished). */
 bool qim_committed_envelope_matches(const qim_committed_envelope *env, const qim_commit_intent *in);
 /* The dispatch log payload. */
 int qim_group_dispatch_encode(const qim_group_dispatch *d, qim_bytes *out);

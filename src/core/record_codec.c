@@ -22,29 +22,18 @@ enum { TAG_RECORD = 'R', TAG_INTENT = 'I', TAG_ENVELOPE = 'E', TAG_DISPATCH = 'D
 #define ID_SIZE 16
 #define CHUNK_MIN_SIZE 8
 
-static void w_header(qim__wbuf *w, uint8_t tag) {
-  qim__w_u8(w, CODEC_VERSION);
+static void w_header(qim__wbuf *w, uint8_t version, uint8_t tag) {
+  qim__w_u8(w, version);
   qim__w_u8(w, tag);
 }
 
-static void r_header(qim__rbuf *r, uint8_t tag) {
+/* Reads the header of a value of `tag` whose layout is at version `newest`; every version
+ * from 1 up to it still decodes (the dispatch gained the sender's tenant, user and cmid at
+ * 2, with those fields zero in a version 1 record; the envelope carries its record once, as
+ * its intent's, at 2: DESIGN.md §1 rule 3 makes them equal). Returns the version read. */
+static uint8_t r_header(qim__rbuf *r, uint8_t tag, uint8_t newest) {
   uint8_t version = qim__r_u8(r), got = qim__r_u8(r);
-  if (!r->err && (version != CODEC_VERSION || got != tag)) r->err = -EINVAL;
-}
-
-/* The envelope at version 2 carries its record once, as its intent's (DESIGN.md §1 rule 3
- * makes them equal); version 1 carried both copies and still decodes. Returns the version. */
-static uint8_t r_envelope_header(qim__rbuf *r) {
-  uint8_t version = qim__r_u8(r), got = qim__r_u8(r);
-  if (!r->err && ((version != 1 && version != ENVELOPE_VERSION) || got != TAG_ENVELOPE)) r->err = -EINVAL;
-  return version;
-}
-
-/* The dispatch is at version 2 (it gained the sender's tenant, user and cmid);
- * version 1 records still decode, with those fields zero. Returns the version read. */
-static uint8_t r_dispatch_header(qim__rbuf *r) {
-  uint8_t version = qim__r_u8(r), got = qim__r_u8(r);
-  if (!r->err && ((version != 1 && version != DISPATCH_VERSION) || got != TAG_DISPATCH)) r->err = -EINVAL;
+  if (!r->err && (version < 1 || version > newest || got != tag)) r->err = -EINVAL;
   return version;
 }
 
@@ -294,7 +283,7 @@ static void dec_entry(qim__rbuf *r, qim_mailbox_entry *e) {
 
 int qim_message_record_encode(const qim_message_record *m, qim_bytes *out) {
   qim__wbuf w = {0};
-  w_header(&w, TAG_RECORD);
+  w_header(&w, CODEC_VERSION, TAG_RECORD);
   enc_record(&w, m);
   return qim__w_finish(&w, out);
 }
@@ -302,7 +291,7 @@ int qim_message_record_encode(const qim_message_record *m, qim_bytes *out) {
 int qim_message_record_decode(const uint8_t *p, size_t n, qim_message_record *dst) {
   qim__rbuf r = qim__r_init(p, n);
   *dst = (qim_message_record){0};
-  r_header(&r, TAG_RECORD);
+  r_header(&r, TAG_RECORD, CODEC_VERSION);
   dec_record(&r, dst);
   int rc = qim__r_finish(&r);
   if (rc) qim_message_record_free(dst);
@@ -311,7 +300,7 @@ int qim_message_record_decode(const uint8_t *p, size_t n, qim_message_record *ds
 
 int qim_commit_intent_encode(const qim_commit_intent *in, qim_bytes *out) {
   qim__wbuf w = {0};
-  w_header(&w, TAG_INTENT);
+  w_header(&w, CODEC_VERSION, TAG_INTENT);
   enc_intent(&w, in);
   return qim__w_finish(&w, out);
 }
@@ -319,7 +308,7 @@ int qim_commit_intent_encode(const qim_commit_intent *in, qim_bytes *out) {
 int qim_commit_intent_decode(const uint8_t *p, size_t n, qim_commit_intent *dst) {
   qim__rbuf r = qim__r_init(p, n);
   *dst = (qim_commit_intent){0};
-  r_header(&r, TAG_INTENT);
+  r_header(&r, TAG_INTENT, CODEC_VERSION);
   dec_intent(&r, dst);
   int rc = qim__r_finish(&r);
   if (rc) qim_commit_intent_free(dst);
@@ -329,8 +318,7 @@ int qim_commit_intent_decode(const uint8_t *p, size_t n, qim_commit_intent *dst)
 int qim_committed_envelope_encode(const qim_committed_envelope *e, qim_bytes *out) {
   if (!qim_message_record_equal(&e->record, &e->intent.record)) return -EINVAL;
   qim__wbuf w = {0};
-  qim__w_u8(&w, ENVELOPE_VERSION);
-  qim__w_u8(&w, TAG_ENVELOPE);
+  w_header(&w, ENVELOPE_VERSION, TAG_ENVELOPE);
   enc_intent(&w, &e->intent);
   return qim__w_finish(&w, out);
 }
@@ -338,7 +326,7 @@ int qim_committed_envelope_encode(const qim_committed_envelope *e, qim_bytes *ou
 int qim_committed_envelope_decode(const uint8_t *p, size_t n, qim_committed_envelope *dst) {
   qim__rbuf r = qim__r_init(p, n);
   *dst = (qim_committed_envelope){0};
-  uint8_t version = r_envelope_header(&r);
+  uint8_t version = r_header(&r, TAG_ENVELOPE, ENVELOPE_VERSION);
   dec_intent(&r, &dst->intent);
   if (version == 1) dec_record(&r, &dst->record);
   int rc = qim__r_finish(&r);
@@ -352,8 +340,7 @@ int qim_committed_envelope_decode(const uint8_t *p, size_t n, qim_committed_enve
 
 int qim_group_dispatch_encode(const qim_group_dispatch *d, qim_bytes *out) {
   qim__wbuf w = {0};
-  qim__w_u8(&w, DISPATCH_VERSION);
-  qim__w_u8(&w, TAG_DISPATCH);
+  w_header(&w, DISPATCH_VERSION, TAG_DISPATCH);
   enc_dispatch(&w, d);
   return qim__w_finish(&w, out);
 }
@@ -361,7 +348,7 @@ int qim_group_dispatch_encode(const qim_group_dispatch *d, qim_bytes *out) {
 int qim_group_dispatch_decode(const uint8_t *p, size_t n, qim_group_dispatch *dst) {
   qim__rbuf r = qim__r_init(p, n);
   *dst = (qim_group_dispatch){0};
-  uint8_t version = r_dispatch_header(&r);
+  uint8_t version = r_header(&r, TAG_DISPATCH, DISPATCH_VERSION);
   dec_dispatch(&r, dst, version);
   int rc = qim__r_finish(&r);
   if (rc) qim_group_dispatch_free(dst);
@@ -370,7 +357,7 @@ int qim_group_dispatch_decode(const uint8_t *p, size_t n, qim_group_dispatch *ds
 
 int qim_mailbox_entry_encode(const qim_mailbox_entry *e, qim_bytes *out) {
   qim__wbuf w = {0};
-  w_header(&w, TAG_ENTRY);
+  w_header(&w, CODEC_VERSION, TAG_ENTRY);
   enc_entry(&w, e);
   return qim__w_finish(&w, out);
 }
@@ -378,7 +365,7 @@ int qim_mailbox_entry_encode(const qim_mailbox_entry *e, qim_bytes *out) {
 int qim_mailbox_entry_decode(const uint8_t *p, size_t n, qim_mailbox_entry *dst) {
   qim__rbuf r = qim__r_init(p, n);
   *dst = (qim_mailbox_entry){0};
-  r_header(&r, TAG_ENTRY);
+  r_header(&r, TAG_ENTRY, CODEC_VERSION);
   dec_entry(&r, dst);
   int rc = qim__r_finish(&r);
   if (rc) qim_mailbox_entry_free(dst);

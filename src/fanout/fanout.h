@@ -46,9 +46,10 @@ typedef struct qim_fanout_options {
   /* A wake-up hint, called on the store's writer thread once the transaction of a store
    * call that appended dispatches to the log of `shard` with recipients in `lane` has
    * committed (store.h, "Committed": before it is durable; a lane reads its log
-   * unconfirmed): once per such (shard, lane) and call. It carries no data — the lane reads its shard's log as always —
-   * so the server wires it to qim_mailbox_notify_lane without the stages knowing each
-   * other. Must be quick and must not call into the fanout or the store. NULL: none. */
+   * unconfirmed): once per such (shard, lane) and call. It carries no data — the lane
+   * reads its shard's log as always — so the server wires it to qim_mailbox_notify_lane
+   * without the stages knowing each other. Must be quick and must not call into the
+   * fanout or the store. NULL: none. */
   void (*on_dispatched)(void *ctx, qim_mailbox_shard_id shard, qim_lane_id lane);
   void *hook_ctx;
 } qim_fanout_options;

@@ -839,6 +839,15 @@ static const char *store_vfs(void) {
 #define READER_PRAGMAS "PRAGMA mmap_size=268435456; PRAGMA temp_store=MEMORY;"
 #define WRITER_PRAGMAS "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-32768;"
 
+int sq_exec_logged(sq_conn *c, const char *sql, const char *event) {
+  char *err = NULL;
+  int rc = sqlite3_exec(c->db, sql, NULL, NULL, &err);
+  if (rc == SQLITE_OK) return 0;
+  QIM_LOGE(NULL, event, "rc=%d msg=\"%s\"", rc, err ? err : "?");
+  sqlite3_free(err);
+  return sq_errno(rc);
+}
+
 int sq_pragma_int(sq_conn *c, const char *name, int *out) {
   char sql[64];
   snprintf(sql, sizeof sql, "PRAGMA %s", name);
@@ -863,11 +872,7 @@ static int wal_size_limit(sq_store *st) {
   char sql[64];
   snprintf(sql, sizeof sql, "PRAGMA journal_size_limit=%llu",
            (unsigned long long)(32 + sq_ckpt_restart_frames(st) * st->wal_frame_bytes));
-  char *err = NULL;
-  rc = sqlite3_exec(st->wconn.db, sql, NULL, NULL, &err);
-  if (rc != SQLITE_OK) QIM_LOGE(NULL, "store.sqlite.pragma", "sql=\"%s\" msg=\"%s\"", sql, err ? err : "?");
-  sqlite3_free(err);
-  return sq_errno(rc);
+  return sq_exec_logged(&st->wconn, sql, "store.sqlite.pragma");
 }
 
 int sq_conn_open(sq_store *st, sq_conn *c, bool writer) {

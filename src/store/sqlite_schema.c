@@ -170,16 +170,7 @@ static const char *const migrations[] = {schema_v1, schema_v2, schema_v3,
                                          schema_v4, schema_v5, schema_v6};
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
-static int exec_sql(sq_conn *c, const char *sql) {
-  char *err = NULL;
-  int rc = sqlite3_exec(c->db, sql, NULL, NULL, &err);
-  if (rc != SQLITE_OK) {
-    QIM_LOGE(NULL, "store.sqlite.schema", "rc=%d msg=\"%s\"", rc, err ? err : "?");
-    sqlite3_free(err);
-    return sq_errno(rc);
-  }
-  return 0;
-}
+static int exec_sql(sq_conn *c, const char *sql) { return sq_exec_logged(c, sql, "store.sqlite.schema"); }
 
 /* Version 4's data step: each progress row's `applied` from its dispatch_chunks rows. */
 static int fill_applied(sq_conn *c) {
