@@ -922,9 +922,9 @@ void sq_conn_close(sq_conn *c) {
 }
 
 /* One line at close: how many of each operation ran and the microseconds they took
- * (name=count/us), then the writer's COMMITs and busy checkpoints and what lingering
- * added: for profiling a workload (which stage reads or writes how often, and what it
- * costs, per message). */
+ * (name=count/us), then the writer's COMMITs and busy checkpoints, what lingering added,
+ * and the transactions and WAL pages written: for profiling a workload (which stage reads
+ * or writes how often, what it costs, and how many pages a message costs the WAL). */
 static void log_op_counts(sq_store *st) {
   char text[4096];
   size_t len = 0;
@@ -937,7 +937,7 @@ static void log_op_counts(sq_store *st) {
   if (len)
     QIM_LOGI(NULL, "store.sqlite.op_counts",
              "%s commit=%llu/%llu sync=%llu/%llu checkpoint=%llu/%llu bg_checkpoint=%llu/%llu "
-             "truncate=%llu/%llu erase_turnovers=%llu lingered=%llu",
+             "truncate=%llu/%llu erase_turnovers=%llu lingered=%llu transactions=%llu pages=%llu",
              text, (unsigned long long)atomic_load(&st->stats.commits),
              (unsigned long long)(atomic_load(&st->stats.commit_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.syncs),
@@ -949,7 +949,9 @@ static void log_op_counts(sq_store *st) {
              (unsigned long long)atomic_load(&st->stats.truncates),
              (unsigned long long)(atomic_load(&st->stats.truncate_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.erase_turnovers),
-             (unsigned long long)atomic_load(&st->stats.lingered));
+             (unsigned long long)atomic_load(&st->stats.lingered),
+             (unsigned long long)atomic_load(&st->stats.transactions),
+             (unsigned long long)atomic_load(&st->stats.pages));
 }
 
 static void store_close(qim_store *s) {

@@ -69,6 +69,7 @@ typedef struct qim_bench_run {
   uint64_t last_rx_us;       /* when any connection last received a frame */
   /* The server under test, sampled at the start and end of the measured window. */
   qim_proc_sample srv_a, srv_b;
+  qim_proc_threads *srv_ta, *srv_tb; /* the server's threads at both marks (with srv_ok) */
   bool srv_ok, marked_start, marked_end;
   double self_cpu_a;
   double self_cpu_pct;

@@ -3,6 +3,7 @@
  */
 #include "procstat.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -36,6 +37,56 @@ int qim_proc_parse_stat(const char *text, double ticks_per_s, double *cpu_s) {
   if (sscanf(p, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
     return -EINVAL;
   *cpu_s = (double)(ut + st) / ticks_per_s;
+  return 0;
+}
+
+int qim_proc_parse_thread(const char *text, double ticks_per_s, qim_proc_thread *out) {
+  const char *open = strchr(text, '('), *close = strrchr(text, ')');
+  if (!open || !close || close < open) return -EINVAL;
+  int rc = qim_proc_parse_stat(text, ticks_per_s, &out->cpu_s);
+  if (rc) return rc;
+  size_t n = (size_t)(close - open - 1);
+  if (n >= sizeof out->name) n = sizeof out->name - 1;
+  memcpy(out->name, open + 1, n);
+  out->name[n] = '\0';
+  out->tid = (pid_t)strtol(text, NULL, 10);
+  return 0;
+}
+
+int qim_proc_threads_read(pid_t pid, qim_proc_threads *out) {
+  char path[64], buf[1024];
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  out->at_s = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+  out->count = 0;
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return -errno;
+  double ticks = (double)sysconf(_SC_CLK_TCK);
+  struct dirent *e;
+  while (out->count < QIM_PROC_MAX_THREADS && (e = readdir(d))) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%.16s/stat", (int)pid, e->d_name);
+    /* A thread that exited since readdir is simply not in the sample. */
+    if (slurp(path, buf, sizeof buf) == 0 && qim_proc_parse_thread(buf, ticks, &out->t[out->count]) == 0)
+      out->count++;
+  }
+  closedir(d);
+  return 0;
+}
+
+int qim_proc_threads_busiest(const qim_proc_threads *a, const qim_proc_threads *b, const char **name,
+                             double *pct) {
+  double wall = b->at_s - a->at_s, best = -1;
+  if (wall <= 0 || !b->count) return -ENOENT;
+  for (uint32_t i = 0; i < b->count; i++) {
+    double before = 0;
+    for (uint32_t k = 0; k < a->count; k++)
+      if (a->t[k].tid == b->t[i].tid) before = a->t[k].cpu_s;
+    double used = b->t[i].cpu_s - before;
+    if (used > best) best = used, *name = b->t[i].name;
+  }
+  *pct = 100.0 * best / wall;
   return 0;
 }
 

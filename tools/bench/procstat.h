@@ -34,6 +34,32 @@ int qim_proc_parse_kb(const char *text, const char *key, uint64_t *kb);
 /* CPU percent of one core used between two samples of the same process (0 if no time). */
 double qim_proc_cpu_pct(const qim_proc_sample *a, const qim_proc_sample *b);
 
+/* The CPU time of each thread of a process, so a run can name the thread that bounds it: a
+ * single-threaded stage near 100 % of a core is the limit whatever the process total says. */
+enum { QIM_PROC_MAX_THREADS = 256 };
+typedef struct qim_proc_thread {
+  pid_t tid;
+  char name[16]; /* comm, as the kernel truncates it */
+  double cpu_s;
+} qim_proc_thread;
+typedef struct qim_proc_threads {
+  qim_proc_thread t[QIM_PROC_MAX_THREADS];
+  uint32_t count; /* at most QIM_PROC_MAX_THREADS; the rest are left out */
+  double at_s;    /* CLOCK_MONOTONIC when sampled */
+} qim_proc_threads;
+
+/* Samples /proc/<pid>/task/<tid>/stat of every thread. 0, or -errno. */
+int qim_proc_threads_read(pid_t pid, qim_proc_threads *out);
+
+/* Parses a thread's /proc stat text into its name and CPU seconds. 0, or -EINVAL. */
+int qim_proc_parse_thread(const char *text, double ticks_per_s, qim_proc_thread *out);
+
+/* The thread that used the most CPU between two samples (matched by tid; a thread only in
+ * b counts from zero): its name in *name and percent of one core in *pct. -ENOENT when b
+ * has no thread or no time passed. */
+int qim_proc_threads_busiest(const qim_proc_threads *a, const qim_proc_threads *b, const char **name,
+                             double *pct);
+
 /* MB/s the process wrote to the disk between two samples (0 if no time). */
 double qim_proc_write_mb_s(const qim_proc_sample *a, const qim_proc_sample *b);
 

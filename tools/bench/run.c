@@ -157,12 +157,20 @@ void qim_bench_run_mark_start(qim_bench_run *r) {
   r->marked_start = true;
   r->self_cpu_a = self_cpu_s();
   r->srv_ok = r->o->server_pid > 0 && qim_proc_sample_read(r->o->server_pid, &r->srv_a) == 0;
+  if (r->srv_ok) {
+    if (!r->srv_ta) r->srv_ta = qim_calloc(1, sizeof *r->srv_ta);
+    qim_proc_threads_read(r->o->server_pid, r->srv_ta);
+  }
 }
 
 void qim_bench_run_mark_end(qim_bench_run *r) {
   if (!r->marked_start || r->marked_end) return;
   r->marked_end = true;
   if (r->srv_ok) r->srv_ok = qim_proc_sample_read(r->o->server_pid, &r->srv_b) == 0;
+  if (r->srv_ok) {
+    if (!r->srv_tb) r->srv_tb = qim_calloc(1, sizeof *r->srv_tb);
+    qim_proc_threads_read(r->o->server_pid, r->srv_tb);
+  }
   double cpu = self_cpu_s() - r->self_cpu_a;
   double span = r->srv_ok ? r->srv_b.at_s - r->srv_a.at_s : 0;
   r->self_cpu_pct = span > 0 ? 100.0 * cpu / span : 0;
@@ -173,6 +181,9 @@ void qim_bench_run_count_end(qim_bench_run *r, qim_bench_end why) {
 }
 
 void qim_bench_run_free(qim_bench_run *r) {
+  qim_free(r->srv_ta);
+  qim_free(r->srv_tb);
+  r->srv_ta = r->srv_tb = NULL;
   if (!r->loop) return;
   uv_loop_close(r->loop);
   qim_free(r->loop);
@@ -246,6 +257,12 @@ void qim_bench_report(qim_bench_run *r, const char *human) {
     qim_bench_kv(r, "server_threads", "%u", r->srv_b.threads);
     if (r->srv_b.write_bytes)
       qim_bench_kv(r, "server_write_mb_s", "%.1f", qim_proc_write_mb_s(&r->srv_a, &r->srv_b));
+    const char *top;
+    double top_pct;
+    if (qim_proc_threads_busiest(r->srv_ta, r->srv_tb, &top, &top_pct) == 0) {
+      qim_bench_kv(r, "server_top_thread", "%s", top);
+      qim_bench_kv(r, "server_top_thread_pct", "%.1f", top_pct);
+    }
     qim_bench_kv(r, "bench_cpu_pct", "%.1f", r->self_cpu_pct);
   }
   if (r->o->label) qim_bench_kv(r, "label", "%s", r->o->label);
@@ -259,6 +276,10 @@ void qim_bench_report(qim_bench_run *r, const char *human) {
           (int)r->o->server_pid, qim_proc_cpu_pct(&r->srv_a, &r->srv_b),
           (unsigned long long)r->srv_b.rss_kb, (unsigned long long)r->srv_a.rss_kb,
           (unsigned long long)r->srv_b.hwm_kb, r->self_cpu_pct);
+    const char *top;
+    double top_pct;
+    if (r->srv_ok && qim_proc_threads_busiest(r->srv_ta, r->srv_tb, &top, &top_pct) == 0)
+      printf("server's busiest thread: %s, %.0f%% of a core\n", top, top_pct);
     uint64_t errs = qim_bench_errors(r);
     if (errs || r->bad_frames || r->start_failures)
       printf(

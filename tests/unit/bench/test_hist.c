@@ -2,7 +2,7 @@
  * test_hist.c — qim-bench's latency histogram (tools/bench/hist.h) and its /proc readers
  * (tools/bench/procstat.h): percentiles against exactly known distributions, the bucket
  * layout's error bound, merging, the slowest windows of a run, and parsing of the /proc
- * formats including awkward process names.
+ * formats including awkward process names, and the busiest thread between two samples.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -137,6 +137,65 @@ static void test_stat_with_spaces_and_parens_in_the_name(void **state) {
   assert_int_equal(qim_proc_parse_stat("1 (x) S 1 2", 100.0, &cpu), -EINVAL);
 }
 
+static void test_thread_stat_gives_its_name_and_cpu(void **state) {
+  (void)state;
+  const char stat[] = "4243 (qim-writer) S 1 4242 4242 0 -1 4194560 10 0 0 0 300 100 0 0 20 0 9 0 100 1 2 3";
+  qim_proc_thread t = {0};
+  assert_int_equal(qim_proc_parse_thread(stat, 100.0, &t), 0);
+  assert_int_equal(t.tid, 4243);
+  assert_string_equal(t.name, "qim-writer");
+  assert_true(t.cpu_s > 3.999 && t.cpu_s < 4.001);
+  /* A name longer than comm's 15 characters is cut, never overrun. */
+  const char longer[] = "7 (a-name-longer-than-fifteen) S 1 1 1 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 1 1 1";
+  assert_int_equal(qim_proc_parse_thread(longer, 100.0, &t), 0);
+  assert_string_equal(t.name, "a-name-longer-t");
+  assert_int_equal(qim_proc_parse_thread("8 no parens", 100.0, &t), -EINVAL);
+}
+
+static void test_busiest_thread_is_the_one_that_used_most_cpu_between_samples(void **state) {
+  (void)state;
+  static qim_proc_threads a, b;
+  a = (qim_proc_threads){.count = 3, .at_s = 10.0};
+  a.t[0] = (qim_proc_thread){1, "main", 50.0};   /* most CPU in total, little in between */
+  a.t[1] = (qim_proc_thread){2, "writer", 5.0};
+  a.t[2] = (qim_proc_thread){3, "gone", 1.0};    /* exited before b */
+  b = (qim_proc_threads){.count = 3, .at_s = 12.0};
+  b.t[0] = (qim_proc_thread){1, "main", 50.5};
+  b.t[1] = (qim_proc_thread){2, "writer", 6.5};
+  b.t[2] = (qim_proc_thread){4, "new", 0.2};     /* started after a: counts from zero */
+  const char *name = NULL;
+  double pct = 0;
+  assert_int_equal(qim_proc_threads_busiest(&a, &b, &name, &pct), 0);
+  assert_string_equal(name, "writer");
+  assert_true(pct > 74.99 && pct < 75.01); /* 1.5 s of CPU in 2 s */
+  b.t[2].cpu_s = 1.8; /* a newcomer busier than anyone */
+  assert_int_equal(qim_proc_threads_busiest(&a, &b, &name, &pct), 0);
+  assert_string_equal(name, "new");
+  assert_int_equal(qim_proc_threads_busiest(&b, &a, &name, &pct), -ENOENT); /* no time passed */
+  b.count = 0;
+  assert_int_equal(qim_proc_threads_busiest(&a, &b, &name, &pct), -ENOENT);
+}
+
+static void test_threads_of_this_process_are_sampled(void **state) {
+  (void)state;
+  static qim_proc_threads a, b;
+  assert_int_equal(qim_proc_threads_read(getpid(), &a), 0);
+  volatile uint64_t x = 0;
+  for (uint64_t i = 0; i < 50000000; i++) x += i;
+  assert_true(x > 0);
+  assert_int_equal(qim_proc_threads_read(getpid(), &b), 0);
+  const qim_proc_thread *self = NULL;
+  for (uint32_t i = 0; i < b.count; i++)
+    if (b.t[i].tid == getpid()) self = &b.t[i];
+  assert_non_null(self);
+  const char *name = NULL;
+  double pct = 0;
+  assert_int_equal(qim_proc_threads_busiest(&a, &b, &name, &pct), 0);
+  assert_string_equal(name, self->name); /* the thread that spun */
+  assert_true(pct > 0);
+  assert_int_equal(qim_proc_threads_read(-1, &a), -ENOENT);
+}
+
 static void test_status_keys(void **state) {
   (void)state;
   const char status[] = "Name:\tqimd\nVmHWM:\t   20480 kB\nVmRSS:\t   10240 kB\nThreads:\t7\n";
@@ -215,6 +274,9 @@ int main(void) {
       cmocka_unit_test(test_windows_name_the_slowest_windows_slowest_first),
       cmocka_unit_test(test_windows_keep_the_k_largest_when_many_windows_are_filled),
       cmocka_unit_test(test_stat_with_spaces_and_parens_in_the_name),
+      cmocka_unit_test(test_thread_stat_gives_its_name_and_cpu),
+      cmocka_unit_test(test_busiest_thread_is_the_one_that_used_most_cpu_between_samples),
+      cmocka_unit_test(test_threads_of_this_process_are_sampled),
       cmocka_unit_test(test_status_keys),
       cmocka_unit_test(test_sockstat_line),
       cmocka_unit_test(test_sampling_this_process),
