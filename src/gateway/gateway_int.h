@@ -416,7 +416,10 @@ void qim__gw_presence_free(gw_presence *p);
  * remembered as the actor. */
 void qim__gw_presence_count(gw_presence *p, gw_pres_kind k, qim_tenant_id t, qim_conversation_id conv,
                             qim_user_id user, int delta);
-/* Any thread: true when the count is above zero. */
+/* Any thread: true when clients were last told "on" (the last take's state, not the live
+ * count). A reply that listed an "on" its take had not announced yet could be followed by a
+ * flap back to zero within the interval, which announces nothing: that "on" would never get
+ * its "off". */
 bool qim__gw_presence_is_on(gw_presence *p, gw_pres_kind k, qim_tenant_id t, qim_conversation_id conv,
                             qim_user_id user);
 /* Coalesces what changed since the last take: an entry whose state is back to what

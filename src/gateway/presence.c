@@ -159,7 +159,7 @@ bool qim__gw_presence_is_on(gw_presence *p, gw_pres_kind k, qim_tenant_id t,
   key_of(k, &conv, &user);
   pthread_mutex_lock(&p->mu);
   pent *e = *slot(p, k, t.v, conv.v, user.v);
-  bool on = e && e->count > 0;
+  bool on = e && e->shown;
   pthread_mutex_unlock(&p->mu);
   return on;
 }

@@ -43,6 +43,30 @@ static size_t take_kind(gw_presence *p, uint32_t max, gw_pres_kind kind, bool *o
   return k;
 }
 
+/* A reply that lists who is online (the `me` "on" reply) says only what a take announced:
+ * an attach its take has not announced could still flap back within the interval, and then
+ * no "off" would follow the "on" the reply gave. */
+static void test_is_on_follows_what_was_announced_not_the_live_count(void **state) {
+  (void)state;
+  gw_presence *p = qim__gw_presence_new();
+  qim_conversation_id none = {{0, 0}};
+  qim__gw_presence_count(p, GW_PRES_ME, T, none, user(1), +1);
+  assert_false(qim__gw_presence_is_on(p, GW_PRES_ME, T, none, user(1))); /* not announced yet */
+  qim__gw_presence_count(p, GW_PRES_ME, T, none, user(1), -1);              /* a flap */
+  assert_int_equal(take_kind(p, 100, GW_PRES_ME, NULL, NULL), 0);
+  assert_false(qim__gw_presence_is_on(p, GW_PRES_ME, T, none, user(1)));
+  qim__gw_presence_count(p, GW_PRES_ME, T, none, user(1), +1);
+  bool on = false;
+  assert_int_equal(take_kind(p, 100, GW_PRES_ME, &on, NULL), 1);
+  assert_true(on);
+  qim__gw_presence_count(p, GW_PRES_ME, T, none, user(1), -1);
+  assert_true(qim__gw_presence_is_on(p, GW_PRES_ME, T, none, user(1))); /* its "off" is still due */
+  assert_int_equal(take_kind(p, 100, GW_PRES_ME, &on, NULL), 1);
+  assert_false(on);
+  assert_false(qim__gw_presence_is_on(p, GW_PRES_ME, T, none, user(1)));
+  qim__gw_presence_free(p);
+}
+
 static void test_first_and_last_session_make_on_and_off(void **state) {
   (void)state;
   gw_presence *p = qim__gw_presence_new();
@@ -216,6 +240,7 @@ static void test_p2p_contacts_see_each_other_on_and_off_on_me(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_first_and_last_session_make_on_and_off),
+      cmocka_unit_test(test_is_on_follows_what_was_announced_not_the_live_count),
       cmocka_unit_test(test_a_flap_within_one_interval_makes_nothing),
       cmocka_unit_test(test_topic_activity_follows_all_sessions_and_names_an_actor),
       cmocka_unit_test(test_member_changes_of_a_big_topic_spread_over_takes),
