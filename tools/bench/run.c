@@ -249,6 +249,9 @@ static void kv_problems(qim_bench_run *r) {
 void qim_bench_report(qim_bench_run *r, const char *human) {
   qim_bench_run_mark_end(r);
   kv_problems(r);
+  const char *top = NULL;
+  double top_pct = 0;
+  bool has_top = r->srv_ok && qim_proc_threads_busiest(r->srv_ta, r->srv_tb, &top, &top_pct) == 0;
   if (r->srv_ok) {
     qim_bench_kv(r, "server_cpu_pct", "%.1f", qim_proc_cpu_pct(&r->srv_a, &r->srv_b));
     qim_bench_kv(r, "server_rss_kb", "%llu", (unsigned long long)r->srv_b.rss_kb);
@@ -257,9 +260,7 @@ void qim_bench_report(qim_bench_run *r, const char *human) {
     qim_bench_kv(r, "server_threads", "%u", r->srv_b.threads);
     if (r->srv_b.write_bytes)
       qim_bench_kv(r, "server_write_mb_s", "%.1f", qim_proc_write_mb_s(&r->srv_a, &r->srv_b));
-    const char *top;
-    double top_pct;
-    if (qim_proc_threads_busiest(r->srv_ta, r->srv_tb, &top, &top_pct) == 0) {
+    if (has_top) {
       qim_bench_kv(r, "server_top_thread", "%s", top);
       qim_bench_kv(r, "server_top_thread_pct", "%.1f", top_pct);
     }
@@ -276,9 +277,7 @@ void qim_bench_report(qim_bench_run *r, const char *human) {
           (int)r->o->server_pid, qim_proc_cpu_pct(&r->srv_a, &r->srv_b),
           (unsigned long long)r->srv_b.rss_kb, (unsigned long long)r->srv_a.rss_kb,
           (unsigned long long)r->srv_b.hwm_kb, r->self_cpu_pct);
-    const char *top;
-    double top_pct;
-    if (r->srv_ok && qim_proc_threads_busiest(r->srv_ta, r->srv_tb, &top, &top_pct) == 0)
+    if (has_top)
       printf("server's busiest thread: %s, %.0f%% of a core\n", top, top_pct);
     uint64_t errs = qim_bench_errors(r);
     if (errs || r->bad_frames || r->start_failures)
