@@ -12,6 +12,13 @@
 #include <time.h>
 #include <unistd.h>
 
+/* CLOCK_MONOTONIC in seconds: when a sample was taken. */
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 /* Reads a small /proc file into buf (NUL-terminated). Returns 0 or -errno. */
 static int slurp(const char *path, char *buf, size_t cap) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -55,9 +62,7 @@ int qim_proc_parse_thread(const char *text, double ticks_per_s, qim_proc_thread 
 
 int qim_proc_threads_read(pid_t pid, qim_proc_threads *out) {
   char path[64], buf[1024];
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  out->at_s = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+  out->at_s = mono_s();
   out->count = 0;
   snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
   DIR *d = opendir(path);
@@ -103,9 +108,7 @@ int qim_proc_parse_kb(const char *text, const char *key, uint64_t *kb) {
 
 int qim_proc_sample_read(pid_t pid, qim_proc_sample *out) {
   char path[64], buf[4096];
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  out->at_s = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+  out->at_s = mono_s();
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   int rc = slurp(path, buf, sizeof buf);
   if (rc) return rc;
