@@ -804,7 +804,8 @@ SQ_OPS(SQ_SUBMIT_)
 /*
  * Process-wide SQLite settings, made once before the library initializes. Memory
  * statistics cost a global mutex around every sqlite3_malloc/free, taken by the writer
- * and every reader; nothing here reads them. If something else already
+ * and every reader; nothing here reads them. The page cache is SQLite's own behind a
+ * truncate that skips needless walks (sqlite_pcache.c). If something else already
  * initialized SQLite, sqlite3_config refuses (SQLITE_MISUSE) and the defaults stay:
  * slower, never wrong.
  */
@@ -812,6 +813,7 @@ static pthread_once_t sqlite_once = PTHREAD_ONCE_INIT;
 
 static void sqlite_global_init(void) {
   sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+  sq_pcache_install();
   sqlite3_initialize();
 }
 
@@ -923,7 +925,8 @@ void sq_conn_close(sq_conn *c) {
 
 /* One line at close: how many of each operation ran and the microseconds they took
  * (name=count/us), then the writer's COMMITs and busy checkpoints, what lingering added,
- * and the transactions and WAL pages written: for profiling a workload (which stage reads
+ * the transactions and WAL pages written, and the page-cache truncates asked for and
+ * passed on (sqlite_pcache.c): for profiling a workload (which stage reads
  * or writes how often, what it costs, and how many pages a message costs the WAL). */
 static void log_op_counts(sq_store *st) {
   char text[4096];
@@ -934,10 +937,13 @@ static void log_op_counts(sq_store *st) {
                                    ops[i]->name, (unsigned long long)n,
                                    (unsigned long long)(ns / 1000));
   }
+  uint64_t truncates, walked;
+  sq_pcache_counts(&truncates, &walked);
   if (len)
     QIM_LOGI(NULL, "store.sqlite.op_counts",
              "%s commit=%llu/%llu sync=%llu/%llu checkpoint=%llu/%llu bg_checkpoint=%llu/%llu "
-             "truncate=%llu/%llu erase_turnovers=%llu lingered=%llu transactions=%llu pages=%llu",
+             "truncate=%llu/%llu erase_turnovers=%llu lingered=%llu transactions=%llu pages=%llu "
+             "pcache_truncates=%llu/%llu",
              text, (unsigned long long)atomic_load(&st->stats.commits),
              (unsigned long long)(atomic_load(&st->stats.commit_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.syncs),
@@ -951,7 +957,8 @@ static void log_op_counts(sq_store *st) {
              (unsigned long long)atomic_load(&st->stats.erase_turnovers),
              (unsigned long long)atomic_load(&st->stats.lingered),
              (unsigned long long)atomic_load(&st->stats.transactions),
-             (unsigned long long)atomic_load(&st->stats.pages));
+             (unsigned long long)atomic_load(&st->stats.pages), (unsigned long long)truncates,
+             (unsigned long long)walked);
 }
 
 static void store_close(qim_store *s) {

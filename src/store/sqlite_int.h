@@ -400,6 +400,12 @@ void sq_vfs_defer_syncs(bool on);
 int sq_vfs_sync_open(sqlite3 *db, sqlite3_file **out);
 void sq_vfs_sync_close(sqlite3_file *f);
 
+/* sqlite_pcache.c: makes SQLite's default page cache, behind a truncate that skips what
+ * cannot remove a page, the process's page cache (before sqlite3_initialize; an SQLite
+ * result code). sq_pcache_counts: the truncates asked for since and those passed on. */
+int sq_pcache_install(void);
+void sq_pcache_counts(uint64_t *all, uint64_t *walked);
+
 /* sqlite_schema.c: fills the fields of `shards` left 0 from the database's own layout,
  * or with QIM_STORE_DEFAULT_* when it has none yet (a new file). */
 int sq_schema_layout(sq_conn *c, qim_shard_config *shards);
