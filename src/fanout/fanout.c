@@ -28,7 +28,7 @@ static void options_defaults(qim_fanout_options *o) {
   if (!o->max_call_appends) o->max_call_appends = 512;
   if (!o->idle_poll_ms) o->idle_poll_ms = 1000;
   if (!o->retry_ms) o->retry_ms = 100;
-  if (!o->trim_every) o->trim_every = 4096;
+  if (!o->trim_every) o->trim_every = 512;
 }
 
 int qim_fanout_new(qim_store *store, const qim_fanout_options *opt, qim_fanout **out) {

@@ -42,7 +42,7 @@ typedef struct qim_fanout_options {
   uint32_t max_call_appends; /* dispatch appends per store call; default 512 */
   uint32_t idle_poll_ms;     /* task: fallback poll when the outbox is drained; default 1000 */
   uint32_t retry_ms;         /* task: first backoff after a transient error; default 100 */
-  uint32_t trim_every;       /* consumed outbox records between outbox trims; default 4096 */
+  uint32_t trim_every;       /* consumed outbox records between outbox trims; default 512 */
   /* A wake-up hint, called on the store's writer thread once the transaction of a store
    * call that appended dispatches to the log of `shard` with recipients in `lane` has
    * committed (store.h, "Committed": before it is durable; a lane reads its log
