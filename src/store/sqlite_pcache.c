@@ -103,8 +103,12 @@ static void w_destroy(sqlite3_pcache *p) {
 static void w_shrink(sqlite3_pcache *p) { inner.xShrink(W(p)->inner); }
 
 int sq_pcache_install(void) {
+  if (inner.xCreate) return SQLITE_OK; /* installed: wrapping ourselves would recurse */
   int rc = sqlite3_config(SQLITE_CONFIG_GETPCACHE2, &inner);
-  if (rc != SQLITE_OK || !inner.xCreate) return rc != SQLITE_OK ? rc : SQLITE_ERROR;
+  if (rc != SQLITE_OK || !inner.xCreate) {
+    inner = (sqlite3_pcache_methods2){0};
+    return rc != SQLITE_OK ? rc : SQLITE_ERROR;
+  }
   static const sqlite3_pcache_methods2 ours = {
       .iVersion = 1, .xInit = w_init, .xShutdown = w_shutdown, .xCreate = w_create,
       .xCachesize = w_cachesize, .xPagecount = w_pagecount, .xFetch = w_fetch,
