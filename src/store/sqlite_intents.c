@@ -102,7 +102,8 @@ static int reserve_prepare(const sq_store *st, qim_store_req *base) {
   r->out_order = 0;
   r->out_committed_here = false;
   r->out_position = (qim_log_position){{QIM_LOG_STREAM_OUTBOX, 0}, 0};
-  return r->proposal ? 0 : -EINVAL;
+  /* Hashed here, on the submitting thread: the one writer thread has enough to do. */
+  return r->proposal ? content_hash(r->proposal, r->content_hash_) : -EINVAL;
 }
 
 static void reserve_discard(qim_store_req *base) {
@@ -257,13 +258,10 @@ static int reserve_exec(sq_conn *c, qim_store_req *base) {
   const qim_commit_intent *p = r->proposal;
   if (!qim_client_message_id_is_valid(&p->key.client_message_id))
     return qim_err_raise(QIM_E_MESSAGE_STORE_INVALID_CLIENT_MESSAGE_ID);
-  uint8_t hash[32];
-  int rc = content_hash(p, hash);
-  if (rc) return rc;
   sqlite3_stmt *st;
-  rc = find_intent(c, &p->key, &st);
+  int rc = find_intent(c, &p->key, &st);
   if (rc < 0) return rc;
-  return rc ? reserve_existing(r, st, hash) : reserve_fresh(c, r, hash);
+  return rc ? reserve_existing(r, st, r->content_hash_) : reserve_fresh(c, r, r->content_hash_);
 }
 
 const sq_op sq_op_intent_reserve = {"intents.reserve", true,         reserve_prepare, reserve_exec,

@@ -384,6 +384,8 @@ typedef struct {
   uint64_t out_order;
   bool out_committed_here;          /* this call reserved and committed the key */
   qim_log_position out_position;    /* out_committed_here: of the OutboxPublication */
+  uint8_t content_hash_[32];        /* backend scratch: the proposal's content hash, made
+                                       when submitted, off the thread that runs the reserve */
 } qim_store_intent_reserve_req;
 
 /*
