@@ -926,7 +926,7 @@ void sq_conn_close(sq_conn *c) {
 /* One line at close: how many of each operation ran and the microseconds they took
  * (name=count/us), then the writer's COMMITs and busy checkpoints, what lingering added,
  * the transactions and WAL pages written, and the page-cache truncates asked for and
- * passed on (sqlite_pcache.c): for profiling a workload (which stage reads
+ * passed on (sqlite_pcache.c; process-wide, every connection's): for profiling a workload (which stage reads
  * or writes how often, what it costs, and how many pages a message costs the WAL). */
 static void log_op_counts(sq_store *st) {
   char text[4096];
