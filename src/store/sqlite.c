@@ -5,11 +5,11 @@
  *
  * Write path. Callers queue requests on a bounded FIFO (full → -EAGAIN at once). The one
  * writer thread takes everything queued (up to max_batch) and runs it as ONE transaction:
- * BEGIN IMMEDIATE, then per operation SAVEPOINT / exec / RELEASE, or ROLLBACK TO when the
- * operation fails, so it fails alone. SQLite may instead roll back the whole transaction
- * (SQLITE_FULL, IOERR, BUSY, NOMEM can); sqlite3_get_autocommit() tells, and then every
- * operation of the batch fails — none is reported done. Otherwise one COMMIT writes the
- * batch to the WAL and the syncer (sqlite_sync.c) makes it durable, and only then are
+ * BEGIN IMMEDIATE, then each operation, which fails alone: bare, or under a savepoint of
+ * its own when it must undo its writes ("Savepoints" below). SQLite may instead roll back
+ * the whole transaction (SQLITE_FULL, IOERR, BUSY, NOMEM can); sqlite3_get_autocommit()
+ * tells, and then every operation of the batch fails — none is reported done. Otherwise
+ * one COMMIT writes the batch to the WAL and the syncer (sqlite_sync.c) makes it durable, and only then are
  * completions posted to the callers' queues: durability before acknowledgement. A failed
  * COMMIT fails the whole batch. The batch is not retried: callers retry idempotently.
  *
@@ -443,27 +443,80 @@ static unsigned hist_bucket(size_t n) {
   return 7;
 }
 
-/* Runs one operation under its savepoint. Returns false when SQLite lost the whole
- * transaction (the op's status is then left for the caller to set). */
-static bool run_in_savepoint(sq_conn *c, qim_store_req *r) {
+/*
+ * Savepoints. An operation that fails must fail alone, so the others of its batch still
+ * commit. A savepoint around each operation gives that, but SQLite then copies every page
+ * the operation changes into its in-memory statement journal first (4 KiB copies and
+ * 1-KiB chunk allocations): 12 % of the writer thread's samples at 3,000 one-to-one
+ * msgs/s, for a rollback almost no operation needs. So a batch runs bare: an operation that
+ * fails without having changed a row (sqlite3_total_changes64; most failures are checks
+ * made before any write) leaves nothing to undo. One that fails after writing, or asks
+ * for it (sq_redo), costs the batch a ROLLBACK, and the batch runs again from its start
+ * with a savepoint per operation, where it fails alone as before. Operations are pure
+ * functions of the database and their inputs; a request's outputs are reset in between
+ * by its op's discard and prepare.
+ */
+typedef enum { RUN_OK, RUN_LOST, RUN_REDO } run_result;
+
+int sq_redo(sq_conn *c) {
+  c->redo = true;
+  return -ECANCELED;
+}
+
+/* Runs one operation, under its savepoint when c->op_savepoints. RUN_LOST: SQLite lost the
+ * whole transaction (the op's status is then left for fail_batch); RUN_REDO: it failed
+ * having written, with no savepoint to undo it. */
+static run_result run_op(sq_conn *c, qim_store_req *r) {
   const sq_op *op = ops[r->op_];
   uint64_t t0 = sq_now_ns();
-  int rc = exec_cached(c, "SAVEPOINT op");
-  if (rc) return false;
+  r->error = (qim_error){0};
+  if (c->op_savepoints && exec_cached(c, "SAVEPOINT op")) return RUN_LOST;
+  sqlite3_int64 changes = sqlite3_total_changes64(c->db);
+  c->redo = false;
   int status = op->exec(c, r);
   release_used(c);
   atomic_fetch_add_explicit(&c->st->stats.op_ns[r->op_], sq_now_ns() - t0, memory_order_relaxed);
   if (sqlite3_get_autocommit(c->db)) {
     r->status = 0; /* not its own failure: fail_batch reports the lost transaction */
-    return false;
+    return RUN_LOST;
   }
   if (status == 0) {
     r->status = 0;
-    return exec_cached(c, "RELEASE op") == 0;
+    return !c->op_savepoints || exec_cached(c, "RELEASE op") == 0 ? RUN_OK : RUN_LOST;
   }
   r->status = domain_status(status, op->unavailable);
-  if (exec_cached(c, "ROLLBACK TO op") || exec_cached(c, "RELEASE op")) return false;
-  return !sqlite3_get_autocommit(c->db);
+  if (!c->op_savepoints)
+    return c->redo || sqlite3_total_changes64(c->db) != changes ? RUN_REDO : RUN_OK;
+  if (exec_cached(c, "ROLLBACK TO op") || exec_cached(c, "RELEASE op")) return RUN_LOST;
+  return sqlite3_get_autocommit(c->db) ? RUN_LOST : RUN_OK;
+}
+
+/* Runs the requests from `r` on; *ran counts those begun, *tail is the last that ran. */
+static run_result run_ops(sq_conn *c, qim_store_req *r, size_t *ran, qim_store_req **tail) {
+  run_result res = RUN_OK;
+  for (; res == RUN_OK && r; r = r->next_) {
+    ++*ran;
+    res = run_op(c, r);
+    *tail = r;
+  }
+  return res;
+}
+
+/* The batch again from its start, each operation under a savepoint (see "Savepoints"). */
+static run_result redo(sq_store *st, sq_conn *c, qim_store_req *list, size_t *ran) {
+  atomic_fetch_add_explicit(&st->stats.redos, 1, memory_order_relaxed);
+  if (exec_cached(c, "ROLLBACK")) return RUN_LOST;
+  for (qim_store_req *r = list; r; r = r->next_) {
+    const sq_op *op = ops[r->op_];
+    if (op->discard) op->discard(r);
+    if (op->prepare) op->prepare(st, r); /* as at submit, where it returned 0 */
+  }
+  *ran = 0;
+  qim_store_req *tail = NULL;
+  c->op_savepoints = true;
+  run_result res = exec_cached(c, "BEGIN IMMEDIATE") == 0 ? run_ops(c, list, ran, &tail) : RUN_LOST;
+  c->op_savepoints = false;
+  return res;
 }
 
 /* Fails every op of a lost batch, except those that already failed on their own. */
@@ -494,35 +547,30 @@ static bool linger_wanted(sq_store *st, size_t n) {
   return st->linger_gain >= 16 || ++st->linger_skipped % LINGER_PROBE_EVERY == 0;
 }
 
-/* Runs what arrives until the linger ends or the batch is full; `tail` is the last request
- * of the batch so far, *n and *ran its size and how many ran. False when an operation lost
- * the transaction (as run_in_savepoint). */
-static bool linger(sq_store *st, sq_conn *c, qim_store_req *tail, size_t *n, size_t *ran) {
+/* Runs what arrives until the linger ends or the batch is full; *tail is the last request
+ * of the batch so far, *n and *ran its size and how many ran (as run_ops). */
+static run_result linger(sq_store *st, sq_conn *c, qim_store_req **tail, size_t *n, size_t *ran) {
   struct timespec deadline;
   clock_gettime(CLOCK_REALTIME, &deadline);
   uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)st->opt.commit_linger_us * 1000u;
   deadline.tv_sec += (time_t)(ns / 1000000000u);
   deadline.tv_nsec = (long)(ns % 1000000000u);
   size_t gained = 0;
-  bool ok = true, timed_out = false;
-  while (ok && !timed_out && *n < st->opt.max_batch) {
+  run_result res = RUN_OK;
+  bool timed_out = false;
+  while (res == RUN_OK && !timed_out && *n < st->opt.max_batch) {
     qim_store_req *more;
     size_t k = queue_take_until(&st->wq, st->opt.max_batch - (uint32_t)*n, &more, &deadline, &timed_out);
     if (!k) break;
-    tail->next_ = more;
+    (*tail)->next_ = more;
     *n += k;
     gained += k;
-    for (qim_store_req *r = more; ok && r; r = r->next_) {
-      r->error = (qim_error){0};
-      ++*ran;
-      ok = run_in_savepoint(c, r);
-      tail = r;
-    }
+    res = run_ops(c, more, ran, tail);
   }
   st->linger_gain = st->linger_gain - st->linger_gain / 16 + (uint32_t)(gained > 64 ? 64 : gained);
   atomic_fetch_add_explicit(&st->stats.lingers, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&st->stats.lingered, gained, memory_order_relaxed);
-  return ok;
+  return res;
 }
 
 static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
@@ -532,15 +580,11 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
     return;
   }
   size_t ran = 0;
-  bool ok = exec_cached(c, "BEGIN IMMEDIATE") == 0;
   qim_store_req *tail = NULL;
-  for (qim_store_req *r = list; ok && r; r = r->next_) {
-    r->error = (qim_error){0};
-    ran++;
-    ok = run_in_savepoint(c, r);
-    tail = r;
-  }
-  if (ok && linger_wanted(st, n)) ok = linger(st, c, tail, &n, &ran);
+  run_result res = exec_cached(c, "BEGIN IMMEDIATE") == 0 ? run_ops(c, list, &ran, &tail) : RUN_LOST;
+  if (res == RUN_OK && linger_wanted(st, n)) res = linger(st, c, &tail, &n, &ran);
+  if (res == RUN_REDO) res = redo(st, c, list, &ran);
+  bool ok = res == RUN_OK;
   bool commit_failed = false;
   uint64_t commit = 0;
   if (ok) {
@@ -942,7 +986,7 @@ static void log_op_counts(sq_store *st) {
   if (len)
     QIM_LOGI(NULL, "store.sqlite.op_counts",
              "%s commit=%llu/%llu sync=%llu/%llu checkpoint=%llu/%llu bg_checkpoint=%llu/%llu "
-             "truncate=%llu/%llu erase_turnovers=%llu lingered=%llu transactions=%llu pages=%llu "
+             "truncate=%llu/%llu erase_turnovers=%llu lingered=%llu redos=%llu transactions=%llu pages=%llu "
              "pcache_truncates=%llu/%llu",
              text, (unsigned long long)atomic_load(&st->stats.commits),
              (unsigned long long)(atomic_load(&st->stats.commit_ns) / 1000),
@@ -956,6 +1000,7 @@ static void log_op_counts(sq_store *st) {
              (unsigned long long)(atomic_load(&st->stats.truncate_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.erase_turnovers),
              (unsigned long long)atomic_load(&st->stats.lingered),
+             (unsigned long long)atomic_load(&st->stats.redos),
              (unsigned long long)atomic_load(&st->stats.transactions),
              (unsigned long long)atomic_load(&st->stats.pages), (unsigned long long)truncates,
              (unsigned long long)walked);
@@ -997,6 +1042,7 @@ static void store_stats(qim_store *s, qim_store_stats *out) {
       .reads_inline = atomic_load(&st->stats.reads_inline),
       .lingers = atomic_load(&st->stats.lingers),
       .lingered = atomic_load(&st->stats.lingered),
+      .redos = atomic_load(&st->stats.redos),
       .checkpoints = atomic_load(&st->stats.checkpoints),
       .checkpoints_background = atomic_load(&st->stats.bg_checkpoints),
       .writebacks = atomic_load(&st->stats.writebacks),

@@ -89,6 +89,10 @@ typedef struct sq_conn {
   sqlite3_stmt *used[32]; /* statements handed out during the current operation */
   size_t used_n;
   bool used_overflow; /* more than fit in used[]: reset the whole cache */
+  /* The writer's batch mode (sqlite.c, "Savepoints"): false runs each operation bare;
+   * true runs each under a savepoint of its own, so it can fail alone. */
+  bool op_savepoints;
+  bool redo; /* set by sq_redo: the operation needs its batch run again with savepoints */
 } sq_conn;
 
 /*
@@ -199,6 +203,7 @@ struct sq_store {
     _Atomic uint64_t op_ns[SQ_OP_COUNT];         /* time spent executing them */
     _Atomic uint64_t commit_ns, commits;         /* writer COMMITs (WAL write + fsync) */
     _Atomic uint64_t lingers, lingered;          /* lingers, and operations they added */
+    _Atomic uint64_t redos;                      /* batches run again with savepoints */
     _Atomic uint64_t reads_inline;               /* reads run on the submitting worker's thread */
     _Atomic uint64_t checkpoint_ns, checkpoints; /* the writer's busy checkpoints, wall time */
     _Atomic uint64_t truncate_ns, truncates;     /* its TRUNCATE checkpoints (idle or erase) */
@@ -227,6 +232,13 @@ void sq_conn_close(sq_conn *c);
  * the WAL until a truncate, which the writer then runs within QIM_STORE_WIPE_BOUND_MS even
  * if it never pauses. No effect on other connections. */
 void sq_note_erase(sq_conn *c);
+
+/* For an operation that has written and then finds it must undo part of its own writes
+ * while the writer runs it without a savepoint (c->op_savepoints false): marks the
+ * operation and returns a status for it to return. The writer then rolls the transaction
+ * back and runs the whole batch again, each operation under a savepoint (sqlite.c,
+ * "Savepoints"), where the operation undoes its part with a savepoint of its own. */
+int sq_redo(sq_conn *c);
 
 /* A chunk id as stored in dispatch progress blobs: u32 big-endian. */
 static inline void sq_chunk_put(uint8_t p[4], uint32_t chunk) {

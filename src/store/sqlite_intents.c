@@ -444,6 +444,18 @@ static int commit_steps(sq_conn *c, qim_store_intent_reserve_req *r, const uint8
   return 1;
 }
 
+/* The result of an intent committed by its own reserve. */
+static int committed_here(qim_store_intent_reserve_req *r) {
+  qim_commit_intent *in = &r->out.intent;
+  r->out.kind = QIM_RESERVE_RESULT_COMMITTED;
+  r->out.committed = (qim_committed_message){.client_message_id = in->key.client_message_id,
+                                             .coordinates = in->coordinates};
+  r->out_committed_here = true;
+  qim_commit_intent_free(in);
+  memset(in, 0, sizeof *in);
+  return 0;
+}
+
 /* The intent was reserved fresh in this transaction: commit it here too when nothing
  * earlier in its conversation is unpublished (intents.advance's OUTBOXED rule). The
  * steps run in their order, but the intent row is written once, in its final form:
@@ -453,6 +465,10 @@ static int commit_in_reserve(sq_conn *c, qim_store_intent_reserve_req *r, const 
   qim_commit_intent *in = &r->out.intent;
   int rc = unpublished_predecessor(c, in, r->out_order);
   if (rc) return rc < 0 ? rc : 1;
+  if (!c->op_savepoints) { /* bare (sqlite.c, "Savepoints"): a failed step redoes the batch */
+    if (commit_steps(c, r, hash)) return sq_redo(c);
+    return committed_here(r);
+  }
   sqlite3_stmt *sp = sq_prep(c, "SAVEPOINT reserve_commit");
   if (!sp) return sq_last_error(c);
   if ((rc = sq_run(c, sp))) return rc;
@@ -467,13 +483,7 @@ static int commit_in_reserve(sq_conn *c, qim_store_intent_reserve_req *r, const 
     if ((rc = sq_run(c, rel))) return rc;
     return 1;
   }
-  r->out.kind = QIM_RESERVE_RESULT_COMMITTED;
-  r->out.committed = (qim_committed_message){.client_message_id = in->key.client_message_id,
-                                             .coordinates = in->coordinates};
-  r->out_committed_here = true;
-  qim_commit_intent_free(in);
-  memset(in, 0, sizeof *in);
-  return 0;
+  return committed_here(r);
 }
 
 /* ---- load, list, forget ------------------------------------------------------------------ */

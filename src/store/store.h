@@ -730,6 +730,8 @@ struct qim_store_stats {
   uint64_t pages_written;         /* pages the commits wrote to the log (sqlite: WAL frames) */
   uint64_t lingers;               /* transactions kept open for more writes (commit_linger_us) */
   uint64_t lingered;              /* write operations those lingers added to their transaction */
+  uint64_t redos;                 /* sqlite: batches run again with a savepoint per operation,
+                                     after one failed having written (sqlite.c, "Savepoints") */
   uint64_t checkpoints;           /* sqlite: checkpoints on the writer's own thread (stalls) */
   uint64_t checkpoints_background; /* sqlite: passes of the background checkpointer */
   uint64_t writebacks;            /* sqlite: write-outs of the database file started during them */

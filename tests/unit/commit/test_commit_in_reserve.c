@@ -183,6 +183,11 @@ static void test_failure_inside_the_reserve_leaves_it_reserved_and_recovery_fini
   assert_int_equal(qim_commit_send_sync(f.commit, &s, &r), QIM_E_COMMIT_RECOVERABLE);
   assert_int_equal(r.reserve, QIM_RESERVE_RESULT_FRESH);
   assert_int_equal(stats_of(&f).committed_in_reserve, 0);
+  /* Its batch ran bare first, then again with savepoints, where the reserve's own one
+   * undid the steps (sqlite.c, "Savepoints"). */
+  qim_store_stats ss;
+  qim_store_get_stats(f.store, &ss);
+  assert_true(ss.redos >= 1);
   /* The reserve undid its steps and stored the intent Reserved; the staged path then
    * recorded it and failed at OUTBOXED. Nothing half-done is visible. */
   qim_commit_key k = fx_key(&f, alice, 1);

@@ -1,7 +1,7 @@
 /*
  * test_sqlite_backend.c — the SQLite backend's machinery, which the conformance vectors
  * cannot see: group commit really batches, a failing operation fails alone inside a
- * batch, a transaction SQLite rolls back whole fails every operation in it, a full queue
+ * batch (run again with savepoints only when it had written), a transaction SQLite rolls back whole fails every operation in it, a full queue
  * is backpressure, a lingering transaction takes the writes that arrive meanwhile but
  * stops lingering for a lone client, a write's `committed` hint runs once it committed and
  * before its completion (never for a failed one), completions arrive on the caller's event
@@ -158,6 +158,18 @@ static void three_ops_submit(gated *g, three_ops *t) {
   assert_int_equal(g->s->vt->logs.append(g->s, &t->c.req), 0);
 }
 
+/* Runs a, b and c as one batch behind the held one; the store's counters around it. */
+static void three_ops_run(gated *g, three_ops *t, qim_store_stats *before, qim_store_stats *after) {
+  fx_async(&t->a.req.req, g->cq, &g->done);
+  fx_async(&t->b.req, g->cq, &g->done);
+  fx_async(&t->c.req.req, g->cq, &g->done);
+  three_ops_submit(g, t);
+  qim_store_get_stats(g->s, before);
+  fx_gate_release(&g->gate);
+  fx_wait_count(g->cq, &g->done, 4);
+  qim_store_get_stats(g->s, after);
+}
+
 static void test_failing_operation_fails_alone_in_its_batch(void **state) {
   (void)state;
   gated g;
@@ -166,31 +178,48 @@ static void test_failing_operation_fails_alone_in_its_batch(void **state) {
   three_ops_init(&g, &t);
   append_op *first = &t.first, *a = &t.a, *c = &t.c;
   qim_store_members_change_req *b = &t.b;
-  fx_async(&a->req.req, g.cq, &g.done);
-  fx_async(&b->req, g.cq, &g.done);
-  fx_async(&c->req.req, g.cq, &g.done);
-  three_ops_submit(&g, &t);
-  qim_store_stats before;
-  qim_store_get_stats(g.s, &before);
-  fx_gate_release(&g.gate);
-  fx_wait_count(g.cq, &g.done, 4);
+  qim_store_stats before, after;
+  three_ops_run(&g, &t, &before, &after);
 
   assert_int_equal(first->req.req.status, 0);
   assert_int_equal(a->req.req.status, 0);
   assert_int_equal(b->req.status, QIM_E_GROUP_ALREADY_EXISTS);
   assert_int_equal(c->req.req.status, 0);
-  qim_store_stats after;
-  qim_store_get_stats(g.s, &after);
   /* the held batch and one more: a, b and c shared a transaction */
   assert_int_equal(after.transactions - before.transactions, 2);
   assert_int_equal(after.batch_hist[1] - before.batch_hist[1], 1);
   assert_int_equal(after.failed_operations - before.failed_operations, 1);
+  /* b failed having written: the batch ran again, each op under a savepoint */
+  assert_int_equal(after.redos - before.redos, 1);
   assert_int_equal(outbox_count(g.s), 3);
   qim_store_member_get_req mg = {0};
   mg.tenant_id = fx_tenant();
   mg.conversation_id = fx_conv(1);
   mg.user_id = fx_user(2);
   assert_int_equal(QIM_STORE_SYNC(g.s, conversations.member_get, &mg), -ENOENT);
+  gated_close(&g);
+}
+
+/* An operation that fails before writing a row leaves nothing to undo: its batch runs once,
+ * bare, and the others commit. */
+static void test_operation_failing_before_any_write_costs_no_second_run(void **state) {
+  (void)state;
+  gated g;
+  gated_open(&g, NULL, 0);
+  three_ops t;
+  three_ops_init(&g, &t);
+  t.b.conversation_id = fx_conv(7); /* no such group: refused before anything is written */
+  qim_store_stats before, after;
+  three_ops_run(&g, &t, &before, &after);
+
+  assert_int_equal(t.a.req.req.status, 0);
+  assert_int_not_equal(t.b.req.status, 0);
+  assert_int_equal(t.c.req.req.status, 0);
+  assert_int_equal(t.c.a.out_position.offset, t.a.a.out_position.offset + 1);
+  assert_int_equal(after.transactions - before.transactions, 2);
+  assert_int_equal(after.failed_operations - before.failed_operations, 1);
+  assert_int_equal(after.redos - before.redos, 0);
+  assert_int_equal(outbox_count(g.s), 3);
   gated_close(&g);
 }
 
@@ -721,6 +750,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_group_commit_batches_concurrent_submitters),
       cmocka_unit_test(test_failing_operation_fails_alone_in_its_batch),
+      cmocka_unit_test(test_operation_failing_before_any_write_costs_no_second_run),
       cmocka_unit_test(test_committed_hint_runs_once_before_done_for_each_committed_write),
       cmocka_unit_test(test_whole_transaction_rollback_fails_every_operation),
       cmocka_unit_test(test_full_queue_is_backpressure),
