@@ -78,7 +78,7 @@ static const setting settings[] = {
     {"membership_versions_kept", V_U32, F(membership_versions_kept), 0, 1000000000, "1000", "N",
      "newest membership versions of each group kept readable; older ones are pruned unless a "
      "message not yet fanned out names them; 0 keeps every version"},
-    {"commit_linger_us", V_U32, F(commit_linger_us), 0, 100000, "1000", "MICROSECONDS",
+    {"commit_linger_us", V_U32, F(commit_linger_us), 0, 100000, "250", "MICROSECONDS",
      "under a steady stream of writes, how long the store keeps a group commit open for "
      "more operations before its fsync (fewer, larger transactions; 0 = never wait)"},
     {"api_key", V_API_KEY, 0, 0, 0, QIM_CONFIG_DEMO_API_KEY ":1", "KEY[:TENANT]",
