@@ -9,9 +9,10 @@
  * its own when it must undo its writes ("Savepoints" below). SQLite may instead roll back
  * the whole transaction (SQLITE_FULL, IOERR, BUSY, NOMEM can); sqlite3_get_autocommit()
  * tells, and then every operation of the batch fails — none is reported done. Otherwise
- * one COMMIT writes the batch to the WAL and the syncer (sqlite_sync.c) makes it durable, and only then are
- * completions posted to the callers' queues: durability before acknowledgement. A failed
- * COMMIT fails the whole batch. The batch is not retried: callers retry idempotently.
+ * one COMMIT writes the batch to the WAL and the syncer (sqlite_sync.c) makes it durable,
+ * and only then are completions posted to the callers' queues: durability before
+ * acknowledgement. A failed COMMIT fails the whole batch. The batch is not retried:
+ * callers retry idempotently.
  *
  * Read path. Reader threads, each with its own connection, take one request at a time
  * and run it inside a read transaction (WAL gives it a stable snapshot while the writer
@@ -446,7 +447,7 @@ static unsigned hist_bucket(size_t n) {
 /*
  * Savepoints. An operation that fails must fail alone, so the others of its batch still
  * commit. A savepoint around each operation gives that, but SQLite then copies every page
- * the operation changes into its in-memory statement journal first (4 KiB copies and
+ * the operation changes into its in-memory statement journal first (4-KiB copies and
  * 1-KiB chunk allocations): 12 % of the writer thread's samples at 3,000 one-to-one
  * msgs/s, for a rollback almost no operation needs. So a batch runs bare: an operation that
  * fails without having changed a row (sqlite3_total_changes64; most failures are checks
