@@ -424,13 +424,16 @@ char *qim_proto_ctrl_error(const qim_proto_error *e, uint64_t ts_ms, size_t *len
 /* {data}: built once per message and shared by every receiver that sees the same
  * topic name (P2P receivers see different names and need one frame each). The
  * content is `content` when non-NULL, else `content_raw` (already-serialized JSON
- * text, trusted: it must come from our own encoder or store), else omitted. */
+ * text, trusted: it must come from our own encoder or store), else omitted; the head
+ * likewise (`head`, else `head_raw`), and left out when it is an empty object. */
 typedef struct qim_proto_data_frame {
   const char *topic; /* required */
   const char *from;
   uint64_t ts_ms; /* always written */
   uint32_t seq;   /* always written */
   const json_t *head;
+  const char *head_raw;
+  size_t head_raw_len;
   const json_t *content;
   const char *content_raw;
   size_t content_raw_len;
@@ -542,8 +545,10 @@ typedef struct qim_proto_sync_entry {
   uint64_t ts_ms;
   const qim_client_message_id *cmid; /* NULL = omitted */
   bool body_included;
-  const json_t *head;
-  const json_t *content; /* or content_raw, as in qim_proto_data_frame */
+  const json_t *head; /* or head_raw, as in qim_proto_data_frame */
+  const char *head_raw;
+  size_t head_raw_len;
+  const json_t *content; /* or content_raw */
   const char *content_raw;
   size_t content_raw_len;
 } qim_proto_sync_entry;

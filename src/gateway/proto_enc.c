@@ -285,13 +285,19 @@ static void f_ranges(qim__pbuf *b, const char *k, const qim_proto_range *v, size
 }
 
 /* Content given as json_t, or as trusted JSON text, or absent. */
-static void f_content(qim__pbuf *b, const json_t *j, const char *raw, size_t raw_len) {
+/* A value given as a tree or as serialized text (trusted; see qim_proto_data_frame). */
+static void f_json_or_raw(qim__pbuf *b, const char *k, const json_t *j, const char *raw, size_t raw_len) {
   if (j) {
-    f_json(b, "content", j);
+    f_json(b, k, j);
   } else if (raw && raw_len) {
-    key(b, "content");
+    key(b, k);
     qim__pbuf_put(b, raw, raw_len);
   }
+}
+
+static void f_head(qim__pbuf *b, const json_t *j, const char *raw, size_t raw_len) {
+  if (j) f_json_nonempty(b, "head", j);
+  else if (!(raw_len == 2 && memcmp(raw, "{}", 2) == 0)) f_json_or_raw(b, "head", NULL, raw, raw_len);
 }
 
 /* ---- frames ---------------------------------------------------------------------------- */
@@ -325,8 +331,8 @@ char *qim_proto_data(const qim_proto_data_frame *d, size_t *len) {
   f_str(&b, "from", d->from);
   f_ts_always(&b, "ts", d->ts_ms);
   f_u64_always(&b, "seq", d->seq);
-  f_json_nonempty(&b, "head", d->head);
-  f_content(&b, d->content, d->content_raw, d->content_raw_len);
+  f_head(&b, d->head, d->head_raw, d->head_raw_len);
+  f_json_or_raw(&b, "content", d->content, d->content_raw, d->content_raw_len);
   return frame_close(&b, len);
 }
 
@@ -517,8 +523,8 @@ static void put_sync_entry(qim__pbuf *b, const qim_proto_sync_entry *e) {
     f_str_always(b, "cmid", cmid);
   }
   if (e->body_included) {
-    f_json_nonempty(b, "head", e->head);
-    f_content(b, e->content, e->content_raw, e->content_raw_len);
+    f_head(b, e->head, e->head_raw, e->head_raw_len);
+    f_json_or_raw(b, "content", e->content, e->content_raw, e->content_raw_len);
   }
   qim__pbuf_putc(b, '}');
 }
@@ -526,7 +532,7 @@ static void put_sync_entry(qim__pbuf *b, const qim_proto_sync_entry *e) {
 char *qim_proto_sync_reply(const qim_proto_sync_frame *s, size_t *len) {
   qim__pbuf b;
   size_t hint = 256;
-  for (size_t i = 0; i < s->n; i++) hint += 192 + s->entries[i].content_raw_len;
+  for (size_t i = 0; i < s->n; i++) hint += 192 + s->entries[i].content_raw_len + s->entries[i].head_raw_len;
   qim__pbuf_init(&b, hint);
   frame_open(&b, "sync");
   f_str(&b, "id", s->id);

@@ -42,6 +42,7 @@
 #include "qim/err.h"
 #include "qim/log.h"
 #include "qim/mem.h"
+#include "qim/payload.h"
 #include "qim/record.h"
 
 #define PUSH_LIMIT 8192 /* batches queued per loop before new ones are dropped */
@@ -140,26 +141,42 @@ static void send_frame(gw_session *s, qim_ws_frame *f, _Atomic uint64_t *counter
 
 /* ---- messages --------------------------------------------------------------------------------- */
 
+/* The {data} of entry e, from its content c (NULL when the body could not be had). */
 static void build_message(gw_push *p, const qim_mailbox_entry *e, const qim_message_content *c,
                           const char *topic) {
   gw_cache *k = &p->cache;
   cache_set(k, e, topic);
+  if (!c) return;
   char from[QIM_TOPIC_NAME_CAP];
   qim_user_id_format(e->sender_id, from, sizeof from);
   json_t *head = NULL, *content = NULL;
   size_t len;
-  if (c && qim_history_content_to_tinode(c, &head, &content) == 0) {
-    qim_proto_data_frame d = {.topic = topic, .from = from, .ts_ms = e->created_at,
-                              .seq = (uint32_t)e->coordinates.conversation_seq, .head = head, .content = content};
+  qim_proto_data_frame d = {.topic = topic, .from = from, .ts_ms = e->created_at,
+                            .seq = (uint32_t)e->coordinates.conversation_seq};
+  qim_json_span body, h;
+  if (qim_payload_split_tinode(c, &body, &h) == 0) { /* the stored text, as it is */
+    d.content_raw = body.p, d.content_raw_len = body.n;
+    d.head_raw = h.p, d.head_raw_len = h.n;
+    k->data = frame_of(qim_proto_data(&d, &len), &len);
+  } else if (qim_history_content_to_tinode(c, &head, &content) == 0) {
+    d.head = head, d.content = content;
     k->data = frame_of(qim_proto_data(&d, &len), &len);
   }
   json_decref(head);
   json_decref(content);
+}
+
+/* {pres topic:"me" what:"msg"} for entry e, made when a `me` session first needs it. */
+static qim_ws_frame *message_pres(gw_cache *k, const qim_mailbox_entry *e, const char *topic, bool own) {
+  qim_ws_frame **f = own ? &k->pres_own : &k->pres_act;
+  if (*f) return *f;
+  char from[QIM_TOPIC_NAME_CAP];
+  qim_user_id_format(e->sender_id, from, sizeof from);
   qim_proto_pres_frame pr = {.topic = "me", .src = topic, .what = "msg",
-                             .seq = (uint32_t)e->coordinates.conversation_seq, .act = from};
-  k->pres_act = frame_of(qim_proto_pres(&pr, &len), &len);
-  pr.act = NULL; /* Tinode leaves act out when the receiver sent the message */
-  k->pres_own = frame_of(qim_proto_pres(&pr, &len), &len);
+                             .seq = (uint32_t)e->coordinates.conversation_seq,
+                             .act = own ? NULL : from}; /* Tinode leaves act out for the sender */
+  size_t len;
+  return *f = frame_of(qim_proto_pres(&pr, &len), &len);
 }
 
 static void deliver_message(gw_push *p, const qim_mailbox_entry *e, const qim_message_content *c,
@@ -167,7 +184,7 @@ static void deliver_message(gw_push *p, const qim_mailbox_entry *e, const qim_me
   qim_gateway *g = p->l->gw;
   qim_conversation_id conv = e->coordinates.conversation_id;
   if (!cache_hit(&p->cache, e, topic)) build_message(p, e, c, topic);
-  const gw_cache *k = &p->cache;
+  gw_cache *k = &p->cache;
   bool own = qim_u128_eq(e->sender_id.v, e->user_id.v);
   for (size_t i = 0; i < n; i++) {
     gw_session *s = v[i];
@@ -183,7 +200,7 @@ static void deliver_message(gw_push *p, const qim_mailbox_entry *e, const qim_me
       }
       send_frame(s, k->data, &g->st_data);
     } else if (s->me) {
-      send_frame(s, own ? k->pres_own : k->pres_act, &g->st_pres);
+      send_frame(s, message_pres(k, e, topic, own), &g->st_pres);
     }
   }
 }

@@ -150,7 +150,7 @@ static int build_content(const json_t *head, const json_t *content, json_t *stor
   int rc = dump_to(env, &c->payload_or_ciphertext);
   json_decref(env);
   if (rc) return rc;
-  c->schema_version = QIM_HISTORY_TINODE_SCHEMA;
+  c->schema_version = QIM_PAYLOAD_SCHEMA_TINODE;
   if (!is_text_mime(mime)) {
     c->message_type = QIM_MESSAGE_TYPE_CUSTOM;
     c->custom_type = qim_strdup(mime);
@@ -215,7 +215,7 @@ int qim_history_content_to_tinode(const qim_message_content *c, json_t **head, j
     *content = json_null();
     return 0;
   }
-  if (c->schema_version != QIM_HISTORY_TINODE_SCHEMA) return opaque_to_tinode(c, head, content);
+  if (c->schema_version != QIM_PAYLOAD_SCHEMA_TINODE) return opaque_to_tinode(c, head, content);
   json_t *env = json_loadb((const char *)c->payload_or_ciphertext.p, c->payload_or_ciphertext.n,
                            JSON_DECODE_ANY, NULL);
   json_t *body = json_object_get(env, "content");

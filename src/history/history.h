@@ -59,14 +59,13 @@
 #include "commit/commit.h"
 #include "qim/clock.h"
 #include "qim/config.h"
+#include "qim/payload.h"
 #include "qim/types.h"
 #include "store/store.h"
 
 /* custom_type and schema of the Control messages describing history changes. */
 #define QIM_HISTORY_CONTROL_TYPE "qim.history"
 #define QIM_HISTORY_CONTROL_SCHEMA 1
-/* schema_version of a payload that is the Tinode envelope {"content":…,"head":…}. */
-#define QIM_HISTORY_TINODE_SCHEMA 1
 
 /* ---- configuration ------------------------------------------------------------------- */
 

@@ -9,9 +9,10 @@
  *   Text, Custom, Media                                      → Message, followed by a Mention
  *                                                              entry (next ordinal) when the
  *                                                              recipient is mentioned.
- * Mentions are read from the content (Drafty "MN" entities), the same place the history helper
- * takes SendMessage.mention_targets from: the commit validates them but keeps them nowhere
- * else, and the content is in every dispatch, so no new field is needed.
+ * Mentions are read from the content (Drafty "MN" entities; in a Tinode payload, the document
+ * under "content"), the same place the history helper takes SendMessage.mention_targets
+ * from: the commit validates them but keeps them nowhere else, and the content is in every
+ * dispatch, so no new field is needed.
  *
  * Bodies: a Message entry carries the content only when the dispatch says inline_body (else
  * the reader fetches it from history). Control and Membership entries always carry it: those
@@ -24,6 +25,7 @@
 #include "mailbox/mailbox_int.h"
 #include "qim/ids.h"
 #include "qim/mem.h"
+#include "qim/payload.h"
 #include "qim/record.h"
 
 /* Entities examined per message; a Drafty document with more is not a real one. */
@@ -64,8 +66,12 @@ void qim_mailbox_mentions(const qim_message_content *c, qim_user_id **out, size_
   const qim_bytes *p = &c->payload_or_ciphertext;
   /* Only a JSON object can be a Drafty document; skip plain strings and ciphertext cheaply. */
   if (c->message_type == QIM_MESSAGE_TYPE_CONTROL || p->n < 2 || p->p[0] != '{') return;
+  /* A Tinode payload keeps the document under "content". Our encoder wrote it and writes
+   * a string "MN" as those four bytes: without them there is no mention to look for. */
+  bool tinode = c->schema_version == QIM_PAYLOAD_SCHEMA_TINODE;
+  if (tinode && !memmem(p->p, p->n, "\"MN\"", 4)) return;
   json_t *root = json_loadb((const char *)p->p, p->n, JSON_REJECT_DUPLICATES, NULL);
-  json_t *ents = json_object_get(root, "ent");
+  json_t *ents = json_object_get(tinode ? json_object_get(root, "content") : root, "ent");
   size_t n = json_is_array(ents) ? json_array_size(ents) : 0;
   if (n > MENTION_SCAN_MAX) n = MENTION_SCAN_MAX;
   qim_user_id *users = n ? qim_malloc(n * sizeof *users) : NULL;

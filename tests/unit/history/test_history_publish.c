@@ -89,7 +89,7 @@ static void test_content_maps_onto_message_content(void **state) {
     bool ok = rc == c->rc;
     if (ok && rc == 0) {
       ok = m.content.message_type == c->type &&
-           m.content.schema_version == QIM_HISTORY_TINODE_SCHEMA &&
+           m.content.schema_version == QIM_PAYLOAD_SCHEMA_TINODE &&
            (c->custom_type ? m.content.custom_type && !strcmp(m.content.custom_type, c->custom_type)
                            : !m.content.custom_type) &&
            m.mention_count == c->mentions && m.has_reply_to == (c->reply != 0) &&

@@ -417,7 +417,7 @@ static void test_data_frame_rebuilds_head_and_content_exactly(void **state) {
 static void test_a_corrupt_stored_payload_is_an_invariant_violation(void **state) {
   (void)state;
   qim_message_record r = {0};
-  r.content.schema_version = QIM_HISTORY_TINODE_SCHEMA;
+  r.content.schema_version = QIM_PAYLOAD_SCHEMA_TINODE;
   r.content.payload_or_ciphertext = (qim_bytes){(uint8_t *)"{\"head\":1", 9};
   json_t *frame;
   assert_int_equal(qim_history_data_json(&r, "grpT", &frame),

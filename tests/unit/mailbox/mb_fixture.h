@@ -189,7 +189,7 @@ static inline qim_group_dispatch fx_dispatch(const fx_msg *msg, qim_mailbox_shar
   }
   d.content.message_type = msg->type;
   d.content.custom_type = msg->custom_type ? qim_strdup(msg->custom_type) : NULL;
-  d.content.schema_version = 1;
+  d.content.schema_version = 0; /* the payload is the document itself, not a Tinode payload */
   const char *p = msg->payload ? msg->payload : "\"hello\"";
   d.content.payload_or_ciphertext.n = strlen(p);
   d.content.payload_or_ciphertext.p = qim_memdup(p, strlen(p));

@@ -1,9 +1,10 @@
 /*
  * test_event.c — the pure part of materialization: which EventType a content gives, and which
  * users a Drafty document mentions (sorted, unique, bounded; nothing from non-Drafty payloads,
- * controls or malformed JSON).
+ * controls or malformed JSON; in a Tinode payload, the document under "content").
  */
 #include "mb_fixture.h"
+#include "qim/payload.h"
 
 static qim_message_content content(qim_message_type t, const char *custom, const char *payload) {
   qim_message_content c = {.message_type = t, .custom_type = (char *)custom};
@@ -97,11 +98,45 @@ static void test_payloads_that_are_not_drafty_mention_nobody(void **state) {
   qim_free(out);
 }
 
+/* The stored form of a Tinode {pub} (qim/payload.h): the Drafty document is the content. */
+static void test_tinode_payload_mentions_come_from_its_content(void **state) {
+  (void)state;
+  const char *mn = "{\"tp\":\"MN\",\"data\":{\"val\":\"usrAAAAAAAAAAAAAAAAAAAAAQ\"}}";
+  char doc[512];
+  snprintf(doc, sizeof doc, "{\"content\":{\"ent\":[%s],\"txt\":\"@a\"},\"head\":{\"mime\":\"text/x-drafty\"}}", mn);
+  qim_message_content c = content(QIM_MESSAGE_TYPE_TEXT, NULL, doc);
+  c.schema_version = QIM_PAYLOAD_SCHEMA_TINODE;
+  qim_user_id *out;
+  size_t n;
+  qim_mailbox_mentions(&c, &out, &n);
+  assert_int_equal(n, 1);
+  assert_int_equal(out[0].v.lo, 1);
+  qim_free(out);
+  /* read as a bare document, the same bytes mention nobody: "ent" is not at the top */
+  c.schema_version = 0;
+  qim_mailbox_mentions(&c, &out, &n);
+  assert_int_equal(n, 0);
+  /* an entity list in the head is not the document */
+  snprintf(doc, sizeof doc, "{\"content\":\"@a\",\"head\":{\"ent\":[%s]}}", mn);
+  c = content(QIM_MESSAGE_TYPE_TEXT, NULL, doc);
+  c.schema_version = QIM_PAYLOAD_SCHEMA_TINODE;
+  qim_mailbox_mentions(&c, &out, &n);
+  assert_int_equal(n, 0);
+  assert_null(out);
+  /* a link, not a mention: nothing to find, and no parse needed */
+  c = content(QIM_MESSAGE_TYPE_TEXT, NULL,
+              "{\"content\":{\"ent\":[{\"tp\":\"LN\",\"data\":{\"url\":\"https://x\"}}],\"txt\":\"x\"}}");
+  c.schema_version = QIM_PAYLOAD_SCHEMA_TINODE;
+  qim_mailbox_mentions(&c, &out, &n);
+  assert_int_equal(n, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_event_type_follows_message_type_and_custom_type),
       cmocka_unit_test(test_mentions_are_sorted_unique_and_bounded),
       cmocka_unit_test(test_payloads_that_are_not_drafty_mention_nobody),
+      cmocka_unit_test(test_tinode_payload_mentions_come_from_its_content),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

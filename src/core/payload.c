@@ -1,0 +1,127 @@
+/*
+ * payload.c — finding the content and head of a stored Tinode payload (payload.h).
+ *
+ * The payload was written by jansson in compact form, so the scan needs no whitespace
+ * handling; anything unexpected makes it give up (-EINVAL) and the caller falls back to a
+ * real parser. Nesting is bounded by the length of the text, and the scan is iterative.
+ */
+#include "qim/payload.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+
+/* Past the closing quote of the string whose opening quote is at p, or NULL. */
+static const char *skip_string(const char *p, const char *end) {
+  for (p++; p < end; p++) {
+    if (*p == '\\') {
+      if (++p == end) return NULL;
+    } else if (*p == '"') {
+      return p + 1;
+    } else if ((unsigned char)*p < 0x20) {
+      return NULL; /* a raw control character: not JSON */
+    }
+  }
+  return NULL;
+}
+
+static bool scalar_char(char ch) {
+  return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || ch == '-' || ch == '+' ||
+         ch == '.' || ch == 'E';
+}
+
+/* Past the number or literal at p, or NULL when there is none. */
+static const char *skip_scalar(const char *p, const char *end) {
+  const char *s = p;
+  while (p < end && scalar_char(*p)) p++;
+  return p > s ? p : NULL;
+}
+
+/* A container: walks to its matching close, checking that brackets pair up and that every
+ * member of an object is a string key, a colon and a value. The open brackets are kept as
+ * a bit stack (1 = object) in 64-bit words while depth allows, else as a count the
+ * matching rule then cannot check, so the scan refuses depths beyond 64 * 8. */
+#define SKIP_MAX_DEPTH 512
+
+const char *qim_json_skip(const char *p, const char *end) {
+  if (p >= end) return NULL;
+  if (*p == '"') return skip_string(p, end);
+  if (*p != '{' && *p != '[') return skip_scalar(p, end);
+  uint64_t kinds[SKIP_MAX_DEPTH / 64] = {0};
+  size_t depth = 0;
+  bool want_value = false; /* just after '[', ',' in an array, or ':' */
+  while (p < end) {
+    char ch = *p;
+    if (ch == '{' || ch == '[') {
+      if (depth == SKIP_MAX_DEPTH) return NULL;
+      if (ch == '{') kinds[depth / 64] |= 1ull << (depth % 64);
+      else kinds[depth / 64] &= ~(1ull << (depth % 64));
+      depth++;
+      p++;
+      if (p < end && *p == (ch == '{' ? '}' : ']')) {
+        depth--;
+        p++;
+      } else if (ch == '{') {
+        /* a key must follow */
+        if (p >= end || *p != '"' || !(p = skip_string(p, end)) || p >= end || *p++ != ':') return NULL;
+        want_value = true;
+        continue;
+      } else {
+        want_value = true;
+        continue;
+      }
+    } else if (want_value) {
+      if (!(p = (ch == '"' ? skip_string(p, end) : skip_scalar(p, end)))) return NULL;
+    } else {
+      return NULL;
+    }
+    want_value = false;
+    /* after a value: a comma, or the close of the container it is in */
+    while (depth) {
+      if (p >= end) return NULL;
+      bool object = kinds[(depth - 1) / 64] >> ((depth - 1) % 64) & 1;
+      if (*p == ',') {
+        p++;
+        if (object && (p >= end || *p != '"' || !(p = skip_string(p, end)) || p >= end || *p++ != ':'))
+          return NULL;
+        want_value = true;
+        break;
+      }
+      if (*p != (object ? '}' : ']')) return NULL;
+      p++;
+      depth--;
+    }
+    if (!depth) return p;
+  }
+  return NULL;
+}
+
+static bool take(const char **p, const char *end, const char *lit) {
+  size_t n = strlen(lit);
+  if ((size_t)(end - *p) < n || memcmp(*p, lit, n) != 0) return false;
+  *p += n;
+  return true;
+}
+
+int qim_payload_split_tinode(const qim_message_content *c, qim_json_span *content,
+                             qim_json_span *head) {
+  *content = (qim_json_span){0};
+  *head = (qim_json_span){0};
+  if (c->schema_version != QIM_PAYLOAD_SCHEMA_TINODE || !c->payload_or_ciphertext.n) return -EINVAL;
+  const char *p = (const char *)c->payload_or_ciphertext.p;
+  const char *end = p + c->payload_or_ciphertext.n;
+  if (!take(&p, end, "{\"content\":")) return -EINVAL;
+  const char *v = p;
+  if (!(p = qim_json_skip(v, end))) return -EINVAL;
+  qim_json_span body = {v, (size_t)(p - v)};
+  qim_json_span h = {0};
+  if (take(&p, end, ",\"head\":")) {
+    v = p;
+    if (p >= end || *p != '{' || !(p = qim_json_skip(v, end))) return -EINVAL;
+    h = (qim_json_span){v, (size_t)(p - v)};
+  }
+  if (!take(&p, end, "}") || p != end) return -EINVAL;
+  *content = body;
+  *head = h;
+  return 0;
+}
