@@ -5,9 +5,9 @@
  */
 #include <errno.h>
 #include <string.h>
-#include <time.h>
 
 #include "gateway/proto_int.h"
+#include "qim/clock.h"
 #include "qim/err.h"
 #include "qim/ids.h"
 
@@ -113,27 +113,10 @@ int qim_proto_mode_delta(uint32_t before, uint32_t after, char *out, size_t cap)
 
 /* ---- timestamps ------------------------------------------------------------------ */
 
-/* 9999-12-31T23:59:59.999Z: the last instant with a four-digit year. */
-#define TS_MAX_MS 253402300799999ull
+/* The one fixed-width form every timestamp has on the wire (core's, which history uses too). */
+_Static_assert(QIM_PROTO_TS_CAP == QIM_TIMESTAMP_CAP, "one timestamp width");
 
-static void put_digits(char *out, unsigned v, unsigned width) {
-  for (unsigned i = width; i-- > 0; v /= 10) out[i] = (char)('0' + v % 10);
-}
-
-void qim_proto_ts_format(uint64_t ms, char out[QIM_PROTO_TS_CAP]) {
-  if (ms > TS_MAX_MS) ms = TS_MAX_MS;
-  time_t secs = (time_t)(ms / 1000);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  memcpy(out, "0000-00-00T00:00:00.000Z", QIM_PROTO_TS_CAP);
-  put_digits(out, (unsigned)tm.tm_year + 1900, 4);
-  put_digits(out + 5, (unsigned)tm.tm_mon + 1, 2);
-  put_digits(out + 8, (unsigned)tm.tm_mday, 2);
-  put_digits(out + 11, (unsigned)tm.tm_hour, 2);
-  put_digits(out + 14, (unsigned)tm.tm_min, 2);
-  put_digits(out + 17, (unsigned)tm.tm_sec, 2);
-  put_digits(out + 20, (unsigned)(ms % 1000), 3);
-}
+void qim_proto_ts_format(uint64_t ms, char out[QIM_PROTO_TS_CAP]) { qim_timestamp_format(ms, out); }
 
 /* Days since 1970-01-01 of a proleptic Gregorian date (era arithmetic). */
 static int64_t days_from_civil(int y, unsigned m, unsigned d) {

@@ -877,13 +877,15 @@ static const char *store_vfs(void) {
   return stock && sqlite3_vfs_find("unix-excl") ? "unix-excl" : NULL;
 }
 
-/* Per-connection tuning (docs/store.md, "Costs on this machine"). Readers map the database
- * file, so a page that is not in the WAL costs no pread: their page cache is emptied by
- * every commit (WAL), so a bigger cache would not help them. The writer's cache is 32 MiB:
+/* Per-connection tuning (docs/store.md, "Costs on this machine"). Readers do not map the
+ * database file: in WAL mode SQLite unmaps a connection's whole mapping whenever it starts a
+ * read after another commit, so every step of the fanout and the lanes paid a munmap (a TLB
+ * shootdown of the other core) and a page fault per page it touched again. Their page cache
+ * is emptied by every commit too, so a bigger one would not help. The writer's cache is 32 MiB:
  * a settling pass dirties a page of the per-user mailbox index per user of the lane (a
  * group of 1,000: ~1,000 pages), more than SQLite's default 2 MB holds, so the transaction
  * spilled pages to the WAL and read them back. */
-#define READER_PRAGMAS "PRAGMA mmap_size=268435456; PRAGMA temp_store=MEMORY;"
+#define READER_PRAGMAS "PRAGMA mmap_size=0; PRAGMA temp_store=MEMORY;"
 #define WRITER_PRAGMAS "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-32768;"
 
 int sq_exec_logged(sq_conn *c, const char *sql, const char *event) {
