@@ -1,8 +1,9 @@
 // sync.test.js — qim's own client extensions over raw WebSocket frames (docs/protocol.md
 // §3.1 `device`, §3.6 `cmid`, §3.11 / §4.6 `{sync}`): a retried {pub} with the same cmid is
 // stored once (also after a reconnect), a device pages through its mailbox with the cursor
-// it got at login, continues after a reconnect with the same device id, and gets
-// 410 "cursor expired" (with a fresh cursor to rebuild from) once retention trimmed past it.
+// it got at login, continues after a reconnect with the same device id, gets a mention entry
+// for a Drafty @mention, and gets 410 "cursor expired" (with a fresh cursor to rebuild from)
+// once retention trimmed past it.
 //
 // qimd runs with a tiny mailbox retention (4 dispatch records per lane) that is applied only
 // when asked (POST /v0/admin/retention; the periodic pass is an hour away), so only the
@@ -231,6 +232,37 @@ test('sync: a p2p conversation is named by the peer\'s usr… on each side (own 
     assert.deepEqual(foreign, [], `${who}: no grp… name for the p2p conversation`);
   }
   assert.deepEqual(messagesOf(pa.entries, g).map((e) => e.content), ['a in group'], 'alice\'s own group message is named grp…');
+});
+
+test('sync: a Drafty @mention from a Tinode {pub} gives the mentioned member a mention entry; head and content arrive as sent', async (ctx) => {
+  const r = await device(ctx, 'mentioned', `mentioned-${crypto.randomUUID()}`);
+  const other = await device(ctx, 'bystander', `bystander-${crypto.randomUUID()}`);
+  const w = await rawUser(ctx, 'mentioner');
+  const g = await w.createGroup('mention group');
+  await r.join(g);
+  await other.join(g);
+  const content = { txt: 'hi @you', fmt: [{ at: 3, len: 4 }], ent: [{ tp: 'MN', data: { val: r.uid } }] };
+  const head = { mime: 'text/x-drafty' };
+  const live = other.mark();
+  const ack = await w.request('pub', { topic: g, head, content, cmid: newCmid() }, { ctrlOnly: true });
+  assert.equal(ack.code, 202, `pub answers 202, got ${ack.code} ${ack.text}`);
+  // Live, to a member attached to the group: the stored head and content, exactly.
+  const data = await other.log.wait((msg) => msg.data && msg.data.topic === g && msg.data.seq === ack.params.seq,
+    { since: live, what: 'the live {data}' });
+  assert.deepEqual(data.msg.data.content, content);
+  assert.deepEqual(data.msg.data.head, head);
+  // The mentioned member's mailbox: the message, then its mention entry.
+  const got = await drain(r, r.cursor, 50, (es) => es.some((e) => e.type === 'mention' && e.topic === g), 'the mention');
+  const m = messagesOf(got.entries, g);
+  assert.equal(m.length, 1);
+  assert.deepEqual(m[0].content, content);
+  assert.deepEqual(m[0].head, head);
+  const i = got.entries.indexOf(m[0]);
+  assert.equal(got.entries[i + 1].type, 'mention', 'the mention follows its message');
+  assert.equal(got.entries[i + 1].seq, ack.params.seq);
+  // Someone not mentioned gets the message alone (an event group is never split across pages).
+  const ob = await drain(other, other.cursor, 50, (es) => messagesOf(es, g).length >= 1, 'the bystander\'s message');
+  assert.deepEqual(ob.entries.filter((e) => e.type === 'mention'), []);
 });
 
 test('sync: a cursor behind retention gets 410 with a fresh cursor; rebuild from history, then sync on', async (ctx) => {
