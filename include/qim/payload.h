@@ -6,11 +6,10 @@
  *
  *     {"content":<content>}   or   {"content":<content>,"head":<head>}
  *
- * and marks it with schema_version QIM_PAYLOAD_SCHEMA_TINODE. Every live delivery, sync
- * page and history page turns it back into a {data} frame, and the mailbox looks into the
- * content for mentions. Parsing the whole object into a tree and printing it again for
- * each of those was a tenth of an I/O loop's time in one-to-one chat; the spans of the two
- * values are all they need, found by skipping over JSON text.
+ * and marks it with schema_version QIM_PAYLOAD_SCHEMA_TINODE. Every live delivery and
+ * {sync} entry turns it back into Tinode's head and content. Parsing the whole object into
+ * a tree and printing it again for each was a tenth of an I/O loop's time in one-to-one
+ * chat; the spans of the two values are all they need, found by skipping over JSON text.
  */
 #ifndef QIM_PAYLOAD_H
 #define QIM_PAYLOAD_H

@@ -3,7 +3,7 @@
  *
  * The payload was written by jansson in compact form, so the scan needs no whitespace
  * handling; anything unexpected makes it give up (-EINVAL) and the caller falls back to a
- * real parser. Nesting is bounded by the length of the text, and the scan is iterative.
+ * real parser. The scan is iterative, its nesting bounded (SKIP_MAX_DEPTH).
  */
 #include "qim/payload.h"
 
@@ -38,9 +38,9 @@ static const char *skip_scalar(const char *p, const char *end) {
 }
 
 /* A container: walks to its matching close, checking that brackets pair up and that every
- * member of an object is a string key, a colon and a value. The open brackets are kept as
- * a bit stack (1 = object) in 64-bit words while depth allows, else as a count the
- * matching rule then cannot check, so the scan refuses depths beyond 64 * 8. */
+ * member of an object is a string key, a colon and a value. The kinds of the open
+ * containers are a stack of SKIP_MAX_DEPTH bits (1 = object); deeper text is refused, and
+ * then parsed by the caller as before. */
 #define SKIP_MAX_DEPTH 512
 
 const char *qim_json_skip(const char *p, const char *end) {

@@ -284,7 +284,6 @@ static void f_ranges(qim__pbuf *b, const char *k, const qim_proto_range *v, size
   qim__pbuf_putc(b, ']');
 }
 
-/* Content given as json_t, or as trusted JSON text, or absent. */
 /* A value given as a tree or as serialized text (trusted; see qim_proto_data_frame). */
 static void f_json_or_raw(qim__pbuf *b, const char *k, const json_t *j, const char *raw, size_t raw_len) {
   if (j) {
