@@ -6,8 +6,8 @@
  *
  *     {"content":<content>}   or   {"content":<content>,"head":<head>}
  *
- * and marks it with schema_version QIM_PAYLOAD_SCHEMA_TINODE. Every live delivery and
- * {sync} entry turns it back into Tinode's head and content. Parsing the whole object into
+ * and marks it with schema_version QIM_PAYLOAD_SCHEMA_TINODE. Every live delivery, history
+ * page and {sync} entry turns it back into Tinode's head and content. Parsing the whole object into
  * a tree and printing it again for each was a tenth of an I/O loop's time in one-to-one
  * chat; the spans of the two values are all they need, found by skipping over JSON text.
  */

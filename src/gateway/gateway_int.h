@@ -385,6 +385,11 @@ void qim__gw_me_rows_free(gw_me_rows *rows, size_t n);
  * direct one (p2p.c). */
 void qim__gw_conv_topic(const qim_store_conversation *c, qim_user_id viewer, char *out, size_t cap);
 
+/* The {data} frame of a message (push.c; live delivery and {get what:"data"}): `d` without
+ * head and content, which come from `c` — a Tinode payload's stored text as it is, else the
+ * history module's conversion. NULL when the content cannot be turned into Tinode form. */
+char *qim__gw_data_frame(const qim_proto_data_frame *d, const qim_message_content *c, size_t *len);
+
 /* Push sink (push.c): registered per loop, called on mailbox workers. */
 void qim__gw_push_sink(qim_push_batch *batch, void *ctx);
 /* Drops queued push batches (loop stopping). */

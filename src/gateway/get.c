@@ -391,14 +391,15 @@ static void group_data(qim_gateway *g, const qim_authenticated_actor *a, qim_con
   }
   size_t count = 0;
   for (size_t i = 0; i < page.record_count; i++) {
-    json_t *d;
-    if (qim_history_data_json(&page.records[i], topic, &d) != 0) continue;
-    char *t = json_dumps(d, JSON_COMPACT);
-    json_decref(d);
+    const qim_message_record *r = &page.records[i];
+    char from[QIM_TOPIC_NAME_CAP];
+    qim_user_id_format(r->sender.user_id, from, sizeof from);
+    qim_proto_data_frame d = {.topic = topic, .from = from, .ts_ms = r->created_at,
+                              .seq = (uint32_t)r->coordinates.conversation_seq};
+    size_t n;
+    char *t = qim__gw_data_frame(&d, &r->content, &n);
     if (!t) continue;
-    size_t n = strlen(t);
-    qim__gw_out_add(out, qim_memdup(t, n + 1), n);
-    free(t);
+    qim__gw_out_add(out, t, n);
     count++;
   }
   qim_history_page_free(&page);

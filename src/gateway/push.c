@@ -141,6 +141,25 @@ static void send_frame(gw_session *s, qim_ws_frame *f, _Atomic uint64_t *counter
 
 /* ---- messages --------------------------------------------------------------------------------- */
 
+char *qim__gw_data_frame(const qim_proto_data_frame *base, const qim_message_content *c, size_t *len) {
+  qim_proto_data_frame d = *base;
+  qim_json_span body, h;
+  if (qim_payload_split_tinode(c, &body, &h) == 0) { /* the stored text, as it is */
+    d.content_raw = body.p, d.content_raw_len = body.n;
+    d.head_raw = h.p, d.head_raw_len = h.n;
+    return qim_proto_data(&d, len);
+  }
+  json_t *head = NULL, *content = NULL;
+  char *frame = NULL;
+  if (qim_history_content_to_tinode(c, &head, &content) == 0) {
+    d.head = head, d.content = content;
+    frame = qim_proto_data(&d, len);
+  }
+  json_decref(head);
+  json_decref(content);
+  return frame;
+}
+
 /* The {data} of entry e, from its content c (NULL when the body could not be had). */
 static void build_message(gw_push *p, const qim_mailbox_entry *e, const qim_message_content *c,
                           const char *topic) {
@@ -149,21 +168,10 @@ static void build_message(gw_push *p, const qim_mailbox_entry *e, const qim_mess
   if (!c) return;
   char from[QIM_TOPIC_NAME_CAP];
   qim_user_id_format(e->sender_id, from, sizeof from);
-  json_t *head = NULL, *content = NULL;
-  size_t len;
   qim_proto_data_frame d = {.topic = topic, .from = from, .ts_ms = e->created_at,
                             .seq = (uint32_t)e->coordinates.conversation_seq};
-  qim_json_span body, h;
-  if (qim_payload_split_tinode(c, &body, &h) == 0) { /* the stored text, as it is */
-    d.content_raw = body.p, d.content_raw_len = body.n;
-    d.head_raw = h.p, d.head_raw_len = h.n;
-    k->data = frame_of(qim_proto_data(&d, &len), &len);
-  } else if (qim_history_content_to_tinode(c, &head, &content) == 0) {
-    d.head = head, d.content = content;
-    k->data = frame_of(qim_proto_data(&d, &len), &len);
-  }
-  json_decref(head);
-  json_decref(content);
+  size_t len;
+  k->data = frame_of(qim__gw_data_frame(&d, c, &len), &len);
 }
 
 /* {pres topic:"me" what:"msg"} for entry e, made when a `me` session first needs it. */

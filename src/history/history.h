@@ -5,7 +5,7 @@
  *
  * What the gateway calls, per Tinode message:
  *   {pub}              qim_history_publish           (edits: head.replace = ":N")
- *   {get what=data}    qim_history_get_data          then qim_history_data_json per record
+ *   {get what=data}    qim_history_get_data          (the gateway builds a {data} per record)
  *   {get what=del}     qim_history_get_del
  *   {del what=msg}     qim_history_delete            (soft, hard, recall — judged per message)
  *   {note read|recv}   qim_history_note
@@ -149,14 +149,6 @@ typedef struct qim_history_get {
  * than max_ranges ranges or a range with 0 < hi < low.
  */
 int qim_history_get_data(qim_history *h, const qim_history_get *g, qim_history_page *out);
-
-/*
- * A {data} frame for one record: {"data":{"topic","from","ts","seq","head","content"}}
- * with `topic` as this receiver names the conversation (the gateway's job) and head
- * rebuilt exactly as published (no "head" key when there was none). A record whose body
- * was wiped has content null. *out is a new reference.
- */
-int qim_history_data_json(const qim_message_record *r, const char *topic, json_t **out);
 
 /* Tinode `get del`: dellog ranges visible to the caller (its own and everyone's) with
  * delid in [since, before) (0 = unbounded), clipped to its window. */

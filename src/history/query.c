@@ -203,25 +203,3 @@ int qim_history_get_data(qim_history *h, const qim_history_get *g, qim_history_p
   return 0;
 }
 
-/* ---- {data} -----------------------------------------------------------------------------------
- */
-
-int qim_history_data_json(const qim_message_record *r, const char *topic, json_t **out) {
-  *out = NULL;
-  if (!r || !topic) return -EINVAL;
-  json_t *head, *content;
-  int rc = qim_history_content_to_tinode(&r->content, &head, &content);
-  if (rc) return rc;
-  char from[QIM_TOPIC_NAME_CAP], ts[QIM_TIMESTAMP_CAP];
-  qim_user_id_format(r->sender.user_id, from, sizeof from);
-  qim_timestamp_format(r->created_at, ts);
-  json_t *d = json_object();
-  json_object_set_new(d, "topic", json_string(topic));
-  json_object_set_new(d, "from", json_string(from));
-  json_object_set_new(d, "ts", json_string(ts));
-  json_object_set_new(d, "seq", json_integer((json_int_t)r->coordinates.conversation_seq));
-  if (head) json_object_set_new(d, "head", head);
-  json_object_set_new(d, "content", content);
-  *out = json_pack("{so}", "data", d);
-  return 0;
-}

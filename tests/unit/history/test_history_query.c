@@ -2,7 +2,7 @@
  * test_history_query.c — reading history: every Tinode `get data` form (table-driven),
  * clipping to the caller's window, per-user filtering, HistoryQuery paging, the errors a
  * read can produce (HistoryAccessDenied, HistoryUnavailable, InvalidRange, Unavailable,
- * InvariantViolation), and the {data} frame.
+ * InvariantViolation), and a stored payload's head and content given back exactly.
  */
 #include "../fanout/wrap_store.h"
 #include "history_fixture.h"
@@ -372,10 +372,9 @@ static void test_a_failing_store_is_message_store_unavailable(void **state) {
   w->base.vt->close(&w->base);
 }
 
-/* ---- {data}
- * ------------------------------------------------------------------------------------------ */
+/* ---- stored content back to Tinode form -------------------------------------------------------- */
 
-static void test_data_frame_rebuilds_head_and_content_exactly(void **state) {
+static void test_stored_content_gives_back_head_and_content_exactly(void **state) {
   hx *x = *state;
   hx_group_create(x, 1, 1, 2, 1);
   const char *head =
@@ -389,28 +388,31 @@ static void test_data_frame_rebuilds_head_and_content_exactly(void **state) {
   qim_history_pub_result r;
   assert_int_equal(hx_pub_json(x, 1, 2, head, content, &r), 0);
   qim_message_record rec = hx_record(x, 1, 2);
-  json_t *frame;
-  assert_int_equal(qim_history_data_json(&rec, "grpTOPIC", &frame), 0);
-  json_t *d = json_object_get(frame, "data");
-  assert_string_equal(hx_str(d, "topic"), "grpTOPIC");
-  assert_string_equal(hx_str(d, "from"), hx_name(2));
-  assert_int_equal(hx_int(d, "seq"), 2);
-  assert_int_equal(strlen(hx_str(d, "ts")), 24);
+  json_t *got_head, *got_content;
+  assert_int_equal(qim_history_content_to_tinode(&rec.content, &got_head, &got_content), 0);
   json_t *want_head =
       json_loads("{\"mime\":\"text/x-drafty\",\"reply\":\":1\",\"forwarded\":\"grpX:3\"}", 0, NULL);
   json_t *want_content = json_loads(content, 0, NULL);
-  assert_true(json_equal(json_object_get(d, "head"), want_head));
-  assert_true(json_equal(json_object_get(d, "content"), want_content));
-  json_decref(want_head);
-  json_decref(want_content);
-  json_decref(frame);
+  assert_true(json_equal(got_head, want_head)); /* without "sender": only the server sets it */
+  assert_true(json_equal(got_content, want_content));
+  /* the same two values, read in place (what {data} and {sync} send) */
+  qim_json_span b, h;
+  assert_int_equal(qim_payload_split_tinode(&rec.content, &b, &h), 0);
+  json_t *in_place_head = json_loadb(h.p, h.n, 0, NULL), *in_place_content = json_loadb(b.p, b.n, 0, NULL);
+  assert_true(json_equal(in_place_head, want_head));
+  assert_true(json_equal(in_place_content, want_content));
+  json_decref(in_place_head), json_decref(in_place_content);
+  json_decref(want_head), json_decref(want_content);
+  json_decref(got_head), json_decref(got_content);
   qim_message_record_free(&rec);
-  /* no head published: no head key */
+  /* no head published: none given back */
   rec = hx_record(x, 1, 1);
-  assert_int_equal(qim_history_data_json(&rec, "grpTOPIC", &frame), 0);
-  assert_null(json_object_get(json_object_get(frame, "data"), "head"));
-  assert_string_equal(hx_str(json_object_get(frame, "data"), "content"), "first");
-  json_decref(frame);
+  assert_int_equal(qim_history_content_to_tinode(&rec.content, &got_head, &got_content), 0);
+  assert_null(got_head);
+  assert_string_equal(json_string_value(got_content), "first");
+  assert_int_equal(qim_payload_split_tinode(&rec.content, &b, &h), 0);
+  assert_int_equal(h.n, 0);
+  json_decref(got_content);
   qim_message_record_free(&rec);
 }
 
@@ -419,11 +421,11 @@ static void test_a_corrupt_stored_payload_is_an_invariant_violation(void **state
   qim_message_record r = {0};
   r.content.schema_version = QIM_PAYLOAD_SCHEMA_TINODE;
   r.content.payload_or_ciphertext = (qim_bytes){(uint8_t *)"{\"head\":1", 9};
-  json_t *frame;
-  assert_int_equal(qim_history_data_json(&r, "grpT", &frame),
+  json_t *head, *content;
+  assert_int_equal(qim_history_content_to_tinode(&r.content, &head, &content),
                    QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION);
   r.content.payload_or_ciphertext = (qim_bytes){(uint8_t *)"{\"head\":1,\"content\":2}", 22};
-  assert_int_equal(qim_history_data_json(&r, "grpT", &frame),
+  assert_int_equal(qim_history_content_to_tinode(&r.content, &head, &content),
                    QIM_E_MESSAGE_STORE_INVARIANT_VIOLATION);
 }
 
@@ -445,7 +447,7 @@ int main(void) {
           test_reads_by_non_members_banned_users_or_without_r_are_access_denied, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_failing_store_is_message_store_unavailable, setup,
                                       teardown),
-      cmocka_unit_test_setup_teardown(test_data_frame_rebuilds_head_and_content_exactly, setup,
+      cmocka_unit_test_setup_teardown(test_stored_content_gives_back_head_and_content_exactly, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_a_corrupt_stored_payload_is_an_invariant_violation,
                                       setup, teardown),
