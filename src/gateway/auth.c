@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "gateway/gateway_int.h"
+#include "qim/clock.h"
 #include "qim/err.h"
 #include "qim/log.h"
 #include "qim/mem.h"
@@ -254,11 +255,11 @@ static size_t pw_mem(const qim_gateway *g) {
 
 /* The reply of a successful login: {user, authlvl, token, expires} (+ desc for acc). */
 static json_t *login_params(const qim_gateway *g, qim_tenant_id t, qim_user_id u, uint64_t epoch) {
-  char name[QIM_TOPIC_NAME_CAP], tok[128], ts[QIM_PROTO_TS_CAP];
+  char name[QIM_TOPIC_NAME_CAP], tok[128], ts[QIM_TIMESTAMP_CAP];
   uint64_t expires = qim__gw_now(g) + g->d.cfg->token_lifetime_ms;
   qim_user_id_format(u, name, sizeof name);
   qim__gw_token_make(g, t, u, epoch, expires, tok, sizeof tok);
-  qim_proto_ts_format(expires, ts);
+  qim_timestamp_format(expires, ts);
   return json_pack("{ssssssss}", "user", name, "authlvl", "auth", "token", tok, "expires", ts);
 }
 
@@ -274,8 +275,8 @@ static json_t *parse_or_null(const char *s) {
 }
 
 static json_t *acc_desc(uint64_t now, const char *pub, const char *priv) {
-  char ts[QIM_PROTO_TS_CAP];
-  qim_proto_ts_format(now, ts);
+  char ts[QIM_TIMESTAMP_CAP];
+  qim_timestamp_format(now, ts);
   json_t *d = json_pack("{sssss{ssss}}", "created", ts, "updated", ts, "defacs", "auth", "JRWPAS", "anon", "N");
   json_t *p = parse_or_null(pub), *q = parse_or_null(priv);
   if (p) json_object_set_new(d, "public", p);

@@ -94,13 +94,9 @@ int qim_proto_mode_delta(uint32_t before, uint32_t after, char *out, size_t cap)
 
 /* ---- other pure helpers ------------------------------------------------------ */
 
-/* "YYYY-MM-DDTHH:MM:SS.mmmZ" (always 24 characters, UTC) of milliseconds since the
- * epoch; values past 9999-12-31T23:59:59.999Z are clamped to it. */
-#define QIM_PROTO_TS_CAP 25
-void qim_proto_ts_format(uint64_t ms, char out[QIM_PROTO_TS_CAP]);
-
-/* Parses RFC 3339 (any number of fraction digits, truncated to milliseconds; "Z" or
- * "+hh:mm"/"-hh:mm"); years 1970-9999 only. 0 or -EINVAL. */
+/* Timestamps are written by core's qim_timestamp_format (qim/clock.h). This parses RFC
+ * 3339 (any number of fraction digits, truncated to milliseconds; "Z" or "+hh:mm" /
+ * "-hh:mm"); years 1970-9999 only. 0 or -EINVAL. */
 int qim_proto_ts_parse(const char *s, size_t len, uint64_t *out_ms);
 
 /*
@@ -408,7 +404,7 @@ void qim_proto_msg_free(qim_proto_msg *m);
  * data.topic, data.seq, data.ts, pres.topic, pres.what, info.topic, info.what).
  * Strings are escaped as JSON; bytes that are not valid UTF-8 become U+FFFD, so the
  * output is always valid JSON. Timestamps are milliseconds since the epoch, written as
- * qim_proto_ts_format(); a timestamp argument of 0 means "absent" where it is optional.
+ * qim_timestamp_format(); a timestamp argument of 0 means "absent" where it is optional.
  * A json_t argument may be NULL; an empty object passed as params/head is left out.
  * Returns NULL only when memory runs out (buffers grow with qim_trymalloc because
  * their size follows peer-controlled content).

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "gateway/proto_int.h"
+#include "qim/clock.h"
 #include "qim/mem.h"
 
 /* ---- the buffer --------------------------------------------------------------------- */
@@ -210,11 +211,11 @@ static void f_true(qim__pbuf *b, const char *k, bool v) {
 }
 
 static void f_ts_always(qim__pbuf *b, const char *k, uint64_t ms) {
-  char ts[QIM_PROTO_TS_CAP];
-  qim_proto_ts_format(ms, ts);
+  char ts[QIM_TIMESTAMP_CAP];
+  qim_timestamp_format(ms, ts);
   key(b, k);
   qim__pbuf_putc(b, '"');
-  qim__pbuf_put(b, ts, QIM_PROTO_TS_CAP - 1);
+  qim__pbuf_put(b, ts, QIM_TIMESTAMP_CAP - 1);
   qim__pbuf_putc(b, '"');
 }
 

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "gateway/proto_int.h"
-#include "qim/clock.h"
 #include "qim/err.h"
 #include "qim/ids.h"
 
@@ -112,11 +111,6 @@ int qim_proto_mode_delta(uint32_t before, uint32_t after, char *out, size_t cap)
 }
 
 /* ---- timestamps ------------------------------------------------------------------ */
-
-/* The one fixed-width form every timestamp has on the wire (core's, which history uses too). */
-_Static_assert(QIM_PROTO_TS_CAP == QIM_TIMESTAMP_CAP, "one timestamp width");
-
-void qim_proto_ts_format(uint64_t ms, char out[QIM_PROTO_TS_CAP]) { qim_timestamp_format(ms, out); }
 
 /* Days since 1970-01-01 of a proleptic Gregorian date (era arithmetic). */
 static int64_t days_from_civil(int y, unsigned m, unsigned d) {

@@ -21,6 +21,7 @@
 
 #include "fuzz.h"
 #include "gateway/proto.h"
+#include "qim/clock.h"
 
 /* ---- the decoded message, every field, as bytes (to compare two decodes) ------------- */
 
@@ -295,8 +296,8 @@ static void fuzz_helpers(const uint8_t *data, size_t size) {
   if (qim_proto_mode_apply(s, size, 0x2F, &mode) == 0) FUZZ_CHECK(mode <= QIM_MODE_UNSET);
   uint64_t ms;
   if (qim_proto_ts_parse(s, size, &ms) == 0) {
-    char ts[QIM_PROTO_TS_CAP];
-    qim_proto_ts_format(ms, ts);
+    char ts[QIM_TIMESTAMP_CAP];
+    qim_timestamp_format(ms, ts);
     FUZZ_CHECK(strlen(ts) == 24);
     uint64_t back;
     FUZZ_CHECK(qim_proto_ts_parse(ts, 24, &back) == 0 && back == ms);
