@@ -34,11 +34,4 @@ typedef struct qim_json_span {
 int qim_payload_split_tinode(const qim_message_content *c, qim_json_span *content,
                              qim_json_span *head);
 
-/* The end of the JSON value that starts at p (just past it), or NULL when the text up to
- * end is not one value in compact form (no whitespace between tokens). Strings are skipped
- * with their escapes; containers by depth; numbers, true, false and null by their
- * characters. It checks the structure it walks, not every rule of JSON (a number's digits,
- * an escape's hex), which is enough for text our own encoder wrote. */
-const char *qim_json_skip(const char *p, const char *end);
-
 #endif

@@ -37,61 +37,52 @@ static const char *skip_scalar(const char *p, const char *end) {
   return p > s ? p : NULL;
 }
 
-/* A container: walks to its matching close, checking that brackets pair up and that every
- * member of an object is a string key, a colon and a value. The kinds of the open
- * containers are a stack of SKIP_MAX_DEPTH bits (1 = object); deeper text is refused, and
- * then parsed by the caller as before. */
+/* Past the `"key":` of an object member at p, or NULL. */
+static const char *skip_key(const char *p, const char *end) {
+  if (p >= end || *p != '"' || !(p = skip_string(p, end)) || p >= end || *p != ':') return NULL;
+  return p + 1;
+}
+
+/* The end of the JSON value at p (just past it), or NULL when the text up to end is not one
+ * value in compact form (no whitespace between tokens). Strings are skipped with their
+ * escapes, numbers and literals by their characters; containers are walked to their
+ * matching close, checking that brackets pair up and that every member of an object is a
+ * string key, a colon and a value. It checks the structure it walks, not every rule of JSON
+ * (a number's digits, an escape's hex), which is enough for text our own encoder wrote. The
+ * kinds of the open containers are a stack of SKIP_MAX_DEPTH bits (1 = object); deeper text
+ * is refused, and then parsed by the caller as before. */
 #define SKIP_MAX_DEPTH 512
 
-const char *qim_json_skip(const char *p, const char *end) {
-  if (p >= end) return NULL;
-  if (*p == '"') return skip_string(p, end);
-  if (*p != '{' && *p != '[') return skip_scalar(p, end);
+static const char *skip_value(const char *p, const char *end) {
   uint64_t kinds[SKIP_MAX_DEPTH / 64] = {0};
   size_t depth = 0;
-  bool want_value = false; /* just after '[', ',' in an array, or ':' */
-  while (p < end) {
-    char ch = *p;
-    if (ch == '{' || ch == '[') {
+  while (p < end) { /* at the start of a value */
+    if (*p == '{' || *p == '[') {
+      bool object = *p++ == '{';
       if (depth == SKIP_MAX_DEPTH) return NULL;
-      if (ch == '{') kinds[depth / 64] |= 1ull << (depth % 64);
+      if (object) kinds[depth / 64] |= 1ull << (depth % 64);
       else kinds[depth / 64] &= ~(1ull << (depth % 64));
       depth++;
-      p++;
-      if (p < end && *p == (ch == '{' ? '}' : ']')) {
-        depth--;
-        p++;
-      } else if (ch == '{') {
-        /* a key must follow */
-        if (p >= end || *p != '"' || !(p = skip_string(p, end)) || p >= end || *p++ != ':') return NULL;
-        want_value = true;
-        continue;
+      if (p < end && *p == (object ? '}' : ']')) {
+        p++, depth--; /* empty: a whole value */
       } else {
-        want_value = true;
-        continue;
+        if (object && !(p = skip_key(p, end))) return NULL;
+        continue; /* its first value */
       }
-    } else if (want_value) {
-      if (!(p = (ch == '"' ? skip_string(p, end) : skip_scalar(p, end)))) return NULL;
-    } else {
+    } else if (!(p = *p == '"' ? skip_string(p, end) : skip_scalar(p, end))) {
       return NULL;
     }
-    want_value = false;
-    /* after a value: a comma, or the close of the container it is in */
-    while (depth) {
+    /* after a value: the commas and closes that follow it */
+    for (; depth; p++, depth--) {
       if (p >= end) return NULL;
       bool object = kinds[(depth - 1) / 64] >> ((depth - 1) % 64) & 1;
-      if (*p == ',') {
-        p++;
-        if (object && (p >= end || *p != '"' || !(p = skip_string(p, end)) || p >= end || *p++ != ':'))
-          return NULL;
-        want_value = true;
-        break;
-      }
+      if (*p == ',') break;
       if (*p != (object ? '}' : ']')) return NULL;
-      p++;
-      depth--;
     }
     if (!depth) return p;
+    bool object = kinds[(depth - 1) / 64] >> ((depth - 1) % 64) & 1;
+    p++; /* the comma */
+    if (object && !(p = skip_key(p, end))) return NULL;
   }
   return NULL;
 }
@@ -112,12 +103,12 @@ int qim_payload_split_tinode(const qim_message_content *c, qim_json_span *conten
   const char *end = p + c->payload_or_ciphertext.n;
   if (!take(&p, end, "{\"content\":")) return -EINVAL;
   const char *v = p;
-  if (!(p = qim_json_skip(v, end))) return -EINVAL;
+  if (!(p = skip_value(v, end))) return -EINVAL;
   qim_json_span body = {v, (size_t)(p - v)};
   qim_json_span h = {0};
   if (take(&p, end, ",\"head\":")) {
     v = p;
-    if (p >= end || *p != '{' || !(p = qim_json_skip(v, end))) return -EINVAL;
+    if (p >= end || *p != '{' || !(p = skip_value(v, end))) return -EINVAL;
     h = (qim_json_span){v, (size_t)(p - v)};
   }
   if (!take(&p, end, "}") || p != end) return -EINVAL;
