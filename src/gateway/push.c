@@ -144,17 +144,16 @@ static void send_frame(gw_session *s, qim_ws_frame *f, _Atomic uint64_t *counter
 char *qim__gw_data_frame(const qim_proto_data_frame *base, const qim_message_content *c, size_t *len) {
   qim_proto_data_frame d = *base;
   qim_json_span body, h;
+  json_t *head = NULL, *content = NULL;
   if (qim_payload_split_tinode(c, &body, &h) == 0) { /* the stored text, as it is */
     d.content_raw = body.p, d.content_raw_len = body.n;
     d.head_raw = h.p, d.head_raw_len = h.n;
-    return qim_proto_data(&d, len);
-  }
-  json_t *head = NULL, *content = NULL;
-  char *frame = NULL;
-  if (qim_history_content_to_tinode(c, &head, &content) == 0) {
+  } else if (qim_history_content_to_tinode(c, &head, &content) == 0) {
     d.head = head, d.content = content;
-    frame = qim_proto_data(&d, len);
+  } else {
+    return NULL;
   }
+  char *frame = qim_proto_data(&d, len);
   json_decref(head);
   json_decref(content);
   return frame;

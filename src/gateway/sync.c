@@ -97,11 +97,13 @@ static void entry_body(const qim_mailbox_entry *e, qim_proto_sync_entry *x, json
   if (!e->has_content || !e->body_included || e->event_type == QIM_EVENT_TYPE_MENTION) return;
   const qim_bytes *b = &e->content.payload_or_ciphertext;
   qim_json_span body, h;
-  if (e->event_type == QIM_EVENT_TYPE_MESSAGE && qim_payload_split_tinode(&e->content, &body, &h) == 0) {
-    x->content_raw = body.p, x->content_raw_len = body.n; /* the stored text, as it is */
-    x->head_raw = h.p, x->head_raw_len = h.n;
-  } else if (e->event_type == QIM_EVENT_TYPE_MESSAGE) {
-    if (qim_history_content_to_tinode(&e->content, head, content) != 0) return;
+  if (e->event_type == QIM_EVENT_TYPE_MESSAGE) {
+    if (qim_payload_split_tinode(&e->content, &body, &h) == 0) {
+      x->content_raw = body.p, x->content_raw_len = body.n; /* the stored text, as it is */
+      x->head_raw = h.p, x->head_raw_len = h.n;
+    } else if (qim_history_content_to_tinode(&e->content, head, content) != 0) {
+      return;
+    }
   } else if (!(*content = b->n ? json_loadb((const char *)b->p, b->n, 0, NULL) : NULL)) {
     return;
   }
