@@ -86,6 +86,20 @@ echo
 command_line commit
 command_line disk
 
+# search_steps ID: the table of a rate search's steps (result lines ID-search).
+search_steps() {
+  echo "Search steps:"
+  echo
+  echo "| rate | p50 ms | p99 ms | slowest deliveries of the worst 0.1-s windows, ms (s into the run) | lost | errors | send lag p99 ms | server CPU % | busiest server thread, % of a core | verdict |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  { grep "^$1-search	" "$RESULTS" 2>/dev/null || true; } | cut -f3 | while read -r l; do
+    f() { echo "$l" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+    worst=$(f lat_worst_windows | tr ',' '\n' | head -3 | awk -F: '{printf "%s%s (%s)", (NR > 1 ? ", " : ""), $2, $1}')
+    echo "| $(num "$(f rate_target)") | $(f lat_p50_ms) | $(f lat_p99_ms) | ${worst:-—} | $(f lost) | $(f errors) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(top_thread "$(f server_top_thread)" "$(f server_top_thread_pct)") | $(f verdict) |"
+  done
+  echo
+}
+
 section "2. One-to-one"
 echo "Highest rate with p99 send→delivery ≤ 50 ms, no loss, no errors and the client on schedule"
 echo "(send lag within the harness's limit), held twice: the search passed $(num "$p2p_search") msgs/s, and the"
@@ -101,17 +115,15 @@ for pct in 25 50 75 100; do
   echo "| $pct% | $(num "$(get $id rate_target)") | $(num "$(get $id send_rate)") | $(num "$(get $id deliv_rate)") | $(get $id lat_p50_ms) | $(get $id lat_p90_ms) | $(get $id lat_p99_ms) | $(get $id lat_max_ms) | $(get $id server_cpu_pct) | $(top_thread "$(get $id server_top_thread)" "$(get $id server_top_thread_pct)") | $(num "$(get $id server_rss_kb)") | $(get $id verdict) |"
 done
 echo
-echo "Search steps:"
-echo
-echo "| rate | p50 ms | p99 ms | slowest deliveries of the worst 0.1-s windows, ms (s into the run) | lost | errors | send lag p99 ms | server CPU % | busiest server thread, % of a core | verdict |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
-{ grep "^p2p-search	" "$RESULTS" 2>/dev/null || true; } | cut -f3 | while read -r l; do
-  f() { echo "$l" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
-  worst=$(f lat_worst_windows | tr ',' '\n' | head -3 | awk -F: '{printf "%s%s (%s)", (NR > 1 ? ", " : ""), $2, $1}')
-  echo "| $(num "$(f rate_target)") | $(f lat_p50_ms) | $(f lat_p99_ms) | ${worst:-—} | $(f lost) | $(f errors) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(top_thread "$(f server_top_thread)" "$(f server_top_thread_pct)") | $(f verdict) |"
-done
-echo
+search_steps p2p
 command_line p2p-100
+if [ -n "$(get p2pmem-max max_rate)" ]; then
+  echo "What bounds it: the same search against a second qimd whose store is on tmpfs (\`/dev/shm\`),"
+  echo "so that its fsyncs cost nothing — not durable, so not a qim figure — passed"
+  echo "**$(num "$(get p2pmem-max max_rate)") msgs/s**, against $(num "$p2p_search") with the store on the disk."
+  echo
+  search_steps p2pmem
+fi
 echo "Baseline: $(num "$echo_fps") frames/s from \`$(cmd echo)\` against bench/ws_echo.c (round trip p99 $(get echo rtt_p99_ms) ms)."
 echo
 

@@ -10,7 +10,8 @@
 #   --build    build tree with the binaries (default ./build; built if missing)
 #   --qimd     the server binary to measure (default BUILD/src/qimd)
 #   --out      where to write the report (default ./BENCHMARKS.md)
-#   --only     comma-separated subset of: disk,commit,echo,sock,p2p,group,idle,history,sync
+#   --only     comma-separated subset of: disk,commit,echo,sock,p2p,p2pmem,group,idle,history,
+#              sync
 #   --keep     keep the work directory (qimd data, logs, accounts, raw results)
 # Environment: BENCH_DIR, a directory on the real disk for data (default /tmp; never tmpfs).
 # Every child process is started here and stopped by its pid; every step has a timeout.
@@ -21,7 +22,7 @@ BUILD=$ROOT/build
 OUT=$ROOT/BENCHMARKS.md
 QUICK=0
 KEEP=0
-ONLY=disk,commit,echo,sock,p2p,group,idle,history,sync
+ONLY=disk,commit,echo,sock,p2p,p2pmem,group,idle,history,sync
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
@@ -59,9 +60,11 @@ WORK=$(mktemp -d "$BENCH_DIR/qim-bench-run.XXXXXX")
 RESULTS=$WORK/results.tsv
 : > "$RESULTS"
 PIDS=()
+MEMDIR=
 cleanup() {
   for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then kill "$p" 2>/dev/null || true; fi; done
   for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then wait "$p" 2>/dev/null || true; fi; done
+  if [ -n "$MEMDIR" ]; then rm -rf "$MEMDIR"; fi
   if [ $KEEP = 0 ]; then rm -rf "$WORK"; else echo "run.sh: work directory kept: $WORK" >&2; fi
 }
 trap cleanup EXIT
@@ -136,24 +139,28 @@ fi
 want sock && record sock "$BB/qim-bench-sock_cost" --conns $SOCK_CONNS --rounds 3
 
 # ---- qimd ------------------------------------------------------------------------------------
-NEED_QIMD=0
+NEED_QIMD=0 QPORT='' QPID='' S=''
 for m in p2p group idle sync; do want $m && NEED_QIMD=1; done
-if [ $NEED_QIMD = 1 ]; then
+# start_qimd DATA LOG ACCOUNTS [SUFFIX]: a qimd on a free port with its store in DATA and no
+# rate limits; sets QPORT, QPID and S (qim-bench's server arguments) and creates the accounts
+# (result line accounts SUFFIX).
+start_qimd() {
   QPORT=$(free_port)
-  "$QIMD" --listen 127.0.0.1:$QPORT --data "$WORK/qimd" --log-level warn \
+  "$QIMD" --listen 127.0.0.1:$QPORT --data "$1" --log-level warn \
     --login-rate 1000000 --login-burst 1000000 --send-rate 1000000 --send-burst 1000000 \
     --request-rate 1000000 --request-burst 1000000 --conns-per-ip 0 \
-    > "$WORK/qimd.log" 2>&1 &
+    > "$2" 2>&1 &
   QPID=$!; PIDS+=("$QPID")
   for _ in $(seq 1 100); do
     ss -Hltn "sport = :$QPORT" 2>/dev/null | grep -q . && break
-    kill -0 "$QPID" 2>/dev/null || { log "qimd exited: $(tail -3 "$WORK/qimd.log")"; exit 1; }
+    kill -0 "$QPID" 2>/dev/null || { log "qimd exited: $(tail -3 "$2")"; exit 1; }
     sleep 0.1
   done
-  S="--server 127.0.0.1:$QPORT --server-pid $QPID --accounts $WORK/accounts.txt --quiet"
+  S="--server 127.0.0.1:$QPORT --server-pid $QPID --accounts $3 --quiet"
   # shellcheck disable=SC2086
-  record accounts "$QB" accounts $S --count $ACCOUNTS --concurrency "$IO_THREADS"
-fi
+  record "accounts${4:-}" "$QB" accounts $S --count $ACCOUNTS --concurrency "$IO_THREADS"
+}
+if [ $NEED_QIMD = 1 ]; then start_qimd "$WORK/qimd" "$WORK/qimd.log" "$WORK/accounts.txt"; fi
 
 # verdict LINE LIMIT_MS: "ok" when the run kept up, else the first reason it did not:
 # status (the run failed), errors, lost, skipped, rate (sent < 97% of the target), lag (the
@@ -260,6 +267,23 @@ if want p2p; then
   fi
   printf 'p2p-max\t(search)\tscenario=p2p-max max_rate=%s confirmed_rate=%s p99_limit_ms=%s status=ok\n' \
     "$max" "$confirmed" $P99_LIMIT_MS >> "$RESULTS"
+fi
+
+# ---- 2b. what bounds 2: the same search with the store in memory ------------------------------
+# A second qimd whose store is on tmpfs (/dev/shm), so its fsyncs cost nothing: not durable,
+# so not a qim figure, but the same binary, clients and search without the disk. Where it
+# holds rates the real store misses, the disk is what bounds 2 (bench/README.md, section 2).
+if want p2pmem && [ -d /dev/shm ]; then
+  main_qimd=("$QPORT" "$QPID" "$S")
+  MEMDIR=$(mktemp -d /dev/shm/qim-bench-mem.XXXXXX)
+  start_qimd "$MEMDIR/qimd" "$WORK/qimd-mem.log" "$WORK/accounts-mem.txt" -mem
+  max=$(STEP_SECS=$P2P_SECS search p2pmem $P99_LIMIT_MS $P2P_START p2p --via usr --users $P2P_USERS)
+  printf 'p2pmem-max\t(search)\tscenario=p2pmem-max max_rate=%s p99_limit_ms=%s status=ok\n' \
+    "$max" $P99_LIMIT_MS >> "$RESULTS"
+  kill -INT "$QPID" 2>/dev/null || true
+  wait "$QPID" 2>/dev/null || true
+  rm -rf "$MEMDIR"
+  QPORT=${main_qimd[0]} QPID=${main_qimd[1]} S=${main_qimd[2]}
 fi
 
 # ---- 3. group fanout -------------------------------------------------------------------------
