@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""disk_contention.py — how this disk's fdatasync latency for a WAL-like appender changes
+when another process writes random 4 KiB pages, the way a checkpoint copies B-tree pages
+into the database file (bench/README.md, section 2, "Seventeenth session").
+
+The appender writes 4 KiB pages at --append-mbps into a 64 MiB file it starts over, as a
+WAL restarts, and calls fdatasync after each ~1 ms of pages (a group commit). For each rate
+in --random-mbps a second process writes random 4 KiB pages into a 600 MiB file at that
+rate with an fsync every second. Prints the appender's fdatasync percentiles per rate.
+Both files live in DIR (on the disk under test, never a tmpfs) and are removed afterwards.
+
+Usage: bench/disk_contention.py DIR [--append-mbps 120] [--random-mbps 0,40,80]
+                                    [--seconds 8]
+"""
+import argparse
+import multiprocessing
+import os
+import random
+import time
+
+PAGE = 4096
+WAL_BYTES = 64 << 20
+DB_PAGES = 150_000  # ~600 MiB
+
+
+def paced(rate_bps, t0, written):
+    """Bytes still due at rate_bps since t0."""
+    return (time.monotonic() - t0) * rate_bps - written
+
+
+def random_writer(path, mbps, seconds, stop):
+    fd = os.open(path, os.O_RDWR)
+    buf = os.urandom(PAGE)
+    t0 = last_sync = time.monotonic()
+    written = 0
+    while not stop.is_set() and time.monotonic() - t0 < seconds:
+        while paced(mbps * 1e6, t0, written) > 0:
+            os.pwrite(fd, buf, random.randrange(DB_PAGES) * PAGE)
+            written += PAGE
+        if time.monotonic() - last_sync >= 1.0:
+            os.fsync(fd)
+            last_sync = time.monotonic()
+        time.sleep(0.002)
+    os.close(fd)
+
+
+def appender(path, mbps, seconds):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    buf = os.urandom(PAGE)
+    lat = []
+    t0 = time.monotonic()
+    written = size = 0
+    while time.monotonic() - t0 < seconds:
+        while paced(mbps * 1e6, t0, written) > 0:
+            os.write(fd, buf)
+            written += PAGE
+            size += PAGE
+            if size >= WAL_BYTES:
+                os.lseek(fd, 0, os.SEEK_SET)
+                size = 0
+        s = time.monotonic()
+        os.fdatasync(fd)
+        lat.append((time.monotonic() - s) * 1000)
+        time.sleep(0.001)
+    os.close(fd)
+    return sorted(lat), written / seconds / 1e6
+
+
+def pct(lat, q):
+    return lat[min(len(lat) - 1, int(q * len(lat)))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir")
+    ap.add_argument("--append-mbps", type=float, default=120)
+    ap.add_argument("--random-mbps", default="0,40,80")
+    ap.add_argument("--seconds", type=float, default=8)
+    a = ap.parse_args()
+    if not 0 < a.seconds <= 120 or a.append_mbps <= 0:
+        ap.error("--seconds must be in (0, 120] and --append-mbps positive")
+    rates = [float(r) for r in a.random_mbps.split(",")]
+    wal = os.path.join(a.dir, "disk_contention.wal")
+    db = os.path.join(a.dir, "disk_contention.db")
+    try:
+        with open(db, "wb") as f:  # written, not sparse: a checkpoint overwrites real pages
+            chunk = os.urandom(1 << 20)
+            for _ in range(DB_PAGES * PAGE >> 20):
+                f.write(chunk)
+            os.fsync(f.fileno())
+        for r in rates:
+            stop = multiprocessing.Event()
+            w = None
+            if r > 0:
+                w = multiprocessing.Process(target=random_writer, args=(db, r, a.seconds + 1, stop))
+                w.start()
+                time.sleep(0.5)
+            lat, got = appender(wal, a.append_mbps, a.seconds)
+            stop.set()
+            if w:
+                w.join(timeout=30)
+            print("RESULT scenario=disk_contention append_mbps=%.0f random_mbps=%.0f syncs=%d"
+                  " sync_p50_ms=%.2f sync_p90_ms=%.2f sync_p99_ms=%.2f sync_max_ms=%.2f"
+                  % (got, r, len(lat), pct(lat, .5), pct(lat, .9), pct(lat, .99), lat[-1]))
+    finally:
+        for p in (wal, db):
+            if os.path.exists(p):
+                os.unlink(p)
+
+
+if __name__ == "__main__":
+    main()
