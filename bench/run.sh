@@ -282,7 +282,7 @@ if want p2pmem && [ -d /dev/shm ]; then
     "$max" $P99_LIMIT_MS >> "$RESULTS"
   kill -INT "$QPID" 2>/dev/null || true
   wait "$QPID" 2>/dev/null || true
-  rm -rf "$MEMDIR"
+  rm -rf "$MEMDIR"; MEMDIR=
   QPORT=${main_qimd[0]} QPID=${main_qimd[1]} S=${main_qimd[2]}
 fi
 
