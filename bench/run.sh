@@ -247,10 +247,12 @@ search() {
 }
 
 # ---- 2. one-to-one ---------------------------------------------------------------------------
+# p2p_search ID: the one-to-one rate search, the same for the store on the disk and on tmpfs
+# (2b). One-to-one topics (`sub usr<peer>`, both sides), qim-bench's default, named
+# explicitly. Its steps run as long as the curve's points (bench/README.md, section 2).
+p2p_search() { STEP_SECS=$P2P_SECS search "$1" $P99_LIMIT_MS $P2P_START p2p --via usr --users $P2P_USERS; }
 if want p2p; then
-  # One-to-one topics (`sub usr<peer>`, both sides), qim-bench's default, named explicitly.
-  # Its steps run as long as the curve's points (bench/README.md, section 2).
-  max=$(STEP_SECS=$P2P_SECS search p2p $P99_LIMIT_MS $P2P_START p2p --via usr --users $P2P_USERS)
+  max=$(p2p_search p2p)
   # The figure is the highest rate a second run holds: the curve runs on the store the
   # search grew, so its points can miss where the search's step, on a smaller store,
   # passed. confirmed: the highest curve point with it and every point below it ok.
@@ -277,7 +279,7 @@ if want p2pmem && [ -d /dev/shm ]; then
   main_qimd=("$QPORT" "$QPID" "$S")
   MEMDIR=$(mktemp -d /dev/shm/qim-bench-mem.XXXXXX)
   start_qimd "$MEMDIR/qimd" "$WORK/qimd-mem.log" "$WORK/accounts-mem.txt" -mem
-  max=$(STEP_SECS=$P2P_SECS search p2pmem $P99_LIMIT_MS $P2P_START p2p --via usr --users $P2P_USERS)
+  max=$(p2p_search p2pmem)
   printf 'p2pmem-max\t(search)\tscenario=p2pmem-max max_rate=%s p99_limit_ms=%s status=ok\n' \
     "$max" $P99_LIMIT_MS >> "$RESULTS"
   kill -INT "$QPID" 2>/dev/null || true
