@@ -5,12 +5,13 @@ into the database file (bench/README.md, section 2, "Seventeenth session").
 
 The appender writes 4 KiB pages at --append-mbps into a 64 MiB file it starts over, as a
 WAL restarts, and calls fdatasync after each ~1 ms of pages (a group commit). For each rate
-in --random-mbps a second process writes random 4 KiB pages into a 600 MiB file at that
-rate with an fsync every second. Prints the appender's fdatasync percentiles per rate.
+in --random-mbps a second process writes random, aligned blocks of --random-kib (4 KiB by
+default: one page) into a 600 MiB file at that rate with an fsync every second. Prints the
+appender's fdatasync percentiles per rate.
 Both files live in DIR (on the disk under test, never a tmpfs) and are removed afterwards.
 
 Usage: bench/disk_contention.py DIR [--append-mbps 120] [--random-mbps 0,40,80]
-                                    [--seconds 8]
+                                    [--random-kib 4] [--seconds 8]
 """
 import argparse
 import multiprocessing
@@ -28,15 +29,15 @@ def paced(rate_bps, t0, written):
     return (time.monotonic() - t0) * rate_bps - written
 
 
-def random_writer(path, mbps, seconds, stop):
+def random_writer(path, mbps, block, seconds, stop):
     fd = os.open(path, os.O_RDWR)
-    buf = os.urandom(PAGE)
+    buf = os.urandom(block)
     t0 = last_sync = time.monotonic()
     written = 0
     while not stop.is_set() and time.monotonic() - t0 < seconds:
         while paced(mbps * 1e6, t0, written) > 0:
-            os.pwrite(fd, buf, random.randrange(DB_PAGES) * PAGE)
-            written += PAGE
+            os.pwrite(fd, buf, random.randrange(DB_PAGES * PAGE // block) * block)
+            written += block
         if time.monotonic() - last_sync >= 1.0:
             os.fsync(fd)
             last_sync = time.monotonic()
@@ -75,10 +76,14 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--append-mbps", type=float, default=120)
     ap.add_argument("--random-mbps", default="0,40,80")
+    ap.add_argument("--random-kib", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=8)
     a = ap.parse_args()
     if not 0 < a.seconds <= 120 or a.append_mbps <= 0:
         ap.error("--seconds must be in (0, 120] and --append-mbps positive")
+    if a.random_kib < 4 or a.random_kib > 1024 or a.random_kib & (a.random_kib - 1):
+        ap.error("--random-kib must be a power of two from 4 to 1024")
+    block = a.random_kib * 1024
     rates = [float(r) for r in a.random_mbps.split(",")]
     wal = os.path.join(a.dir, "disk_contention.wal")
     db = os.path.join(a.dir, "disk_contention.db")
@@ -92,16 +97,17 @@ def main():
             stop = multiprocessing.Event()
             w = None
             if r > 0:
-                w = multiprocessing.Process(target=random_writer, args=(db, r, a.seconds + 1, stop))
+                w = multiprocessing.Process(target=random_writer, args=(db, r, block, a.seconds + 1, stop))
                 w.start()
                 time.sleep(0.5)
             lat, got = appender(wal, a.append_mbps, a.seconds)
             stop.set()
             if w:
                 w.join(timeout=30)
-            print("RESULT scenario=disk_contention append_mbps=%.0f random_mbps=%.0f syncs=%d"
+            print("RESULT scenario=disk_contention append_mbps=%.0f random_mbps=%.0f random_kib=%d"
+                  " syncs=%d"
                   " sync_p50_ms=%.2f sync_p90_ms=%.2f sync_p99_ms=%.2f sync_max_ms=%.2f"
-                  % (got, r, len(lat), pct(lat, .5), pct(lat, .9), pct(lat, .99), lat[-1]))
+                  % (got, r, a.random_kib, len(lat), pct(lat, .5), pct(lat, .9), pct(lat, .99), lat[-1]))
     finally:
         for p in (wal, db):
             if os.path.exists(p):
