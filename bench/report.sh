@@ -102,7 +102,7 @@ search_steps() {
 
 section "2. One-to-one"
 echo "Highest rate with p99 send→delivery ≤ 50 ms, no loss, no errors and the client on schedule"
-echo "(send lag within the harness's limit), held twice: the search passed $(num "$p2p_search") msgs/s, and the"
+echo "(send lag within the harness's limit; a run whose client fell behind ran once more), held twice: the search passed $(num "$p2p_search") msgs/s, and the"
 echo "latency curve run after it, on the store the search grew, held up to **$(num "$p2p") msgs/s** (its"
 # shellcheck disable=SC2016 # the backticks are Markdown
 echo "highest point with every point below it ok). Pairs are $(get p2p-search via | sed 's/group2/2-member groups (qim-bench --via group)/; s/^usr$/one-to-one topics (`sub usr…` on both sides)/')."

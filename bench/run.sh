@@ -204,13 +204,26 @@ mark_verdict() {
   echo "$v"
 }
 
+# judged ID LIMIT_MS COMMAND...: runs a load once qimd has settled and prints its verdict. A
+# run whose client fell behind its schedule ("lag") measured how the machine scheduled
+# qim-bench, not qim: it runs once more and the second verdict stands. Both result lines
+# are kept (a search's table shows both; the curve's shows the second).
+judged() {
+  local id=$1 lim=$2 v try; shift 2
+  for try in 1 2; do
+    settle
+    record "$id" "$@"
+    v=$(mark_verdict "$id" "$lim")
+    { [ "$v" = lag ] && [ $try = 1 ]; } || break
+    log "$id: the client fell behind its schedule: once more"
+  done
+  echo "$v"
+}
+
 step() {
-  local id=$1 lim=$2 rate=$3; shift 3
-  settle
+  local id=$1 lim=$2 rate=$3 v; shift 3
   # shellcheck disable=SC2086
-  record "$id-search" "$QB" "$@" --rate "$rate" --duration "${STEP_SECS:-$SECS}" --warmup $WARM $S
-  local v
-  v=$(mark_verdict "$id-search" "$lim")
+  v=$(judged "$id-search" "$lim" "$QB" "$@" --rate "$rate" --duration "${STEP_SECS:-$SECS}" --warmup $WARM $S)
   log "$id-search: rate $rate: $v"
   [ "$v" = ok ]
 }
@@ -260,10 +273,8 @@ if want p2p; then
   if [ "$max" -gt 0 ]; then
     for pct in 25 50 75 100; do
       r=$((max * pct / 100)); [ $r -lt 1 ] && r=1
-      settle
       # shellcheck disable=SC2086
-      record "p2p-$pct" "$QB" p2p --via usr --users $P2P_USERS --rate $r --duration $CURVE_SECS --warmup $WARM $S --label pct=$pct
-      v=$(mark_verdict "p2p-$pct" $P99_LIMIT_MS)
+      v=$(judged "p2p-$pct" $P99_LIMIT_MS "$QB" p2p --via usr --users $P2P_USERS --rate $r --duration $CURVE_SECS --warmup $WARM $S --label pct=$pct)
       if [ "$v" = ok ] && [ $holding = 1 ]; then confirmed=$r; else holding=0; fi
     done
   fi
