@@ -114,7 +114,8 @@ for pct in 25 50 75 100; do
   id=p2p-$pct
   [ -z "$(get $id rate_target)" ] && continue
   # A point whose client fell behind ran twice (run.sh, judged): the row is the second run.
-  again=$({ grep -c "^$id	" "$RESULTS" 2>/dev/null || true; } | awk '{print ($1 > 1) ? " (second run; the first: lag)" : ""}')
+  again=
+  [ "$(grep -c "^$id	" "$RESULTS" 2>/dev/null || true)" -gt 1 ] && again=" (second run; the first: lag)"
   echo "| $pct% | $(num "$(get $id rate_target)") | $(num "$(get $id send_rate)") | $(num "$(get $id deliv_rate)") | $(get $id lat_p50_ms) | $(get $id lat_p90_ms) | $(get $id lat_p99_ms) | $(get $id lat_max_ms) | $(get $id server_cpu_pct) | $(top_thread "$(get $id server_top_thread)" "$(get $id server_top_thread_pct)") | $(num "$(get $id server_rss_kb)") | $(get $id verdict)$again |"
 done
 echo
