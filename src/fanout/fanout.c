@@ -9,6 +9,7 @@
  * failure found after it committed sets the offset back to the offending record.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "fanout/fanout_int.h"
@@ -36,6 +37,11 @@ int qim_fanout_new(qim_store *store, const qim_fanout_options *opt, qim_fanout *
       opt->shards.lanes_per_shard > 255)
     return -EINVAL;
   qim__fanout *f = qim_calloc(1, sizeof *f);
+  int rc = qim_cq_new_blocking(&f->cq);
+  if (rc) {
+    qim_free(f);
+    return rc;
+  }
   f->store = store;
   f->opt = *opt;
   options_defaults(&f->opt);
@@ -48,6 +54,8 @@ int qim_fanout_new(qim_store *store, const qim_fanout_options *opt, qim_fanout *
 void qim_fanout_free(qim_fanout *f) {
   if (!f) return;
   qim_fanout_stop(f);
+  qim__fanout_flights_settle(f, 0);
+  qim_cq_free(f->cq);
   pthread_cond_destroy(&f->cv);
   pthread_mutex_destroy(&f->mu);
   qim_free(f);
@@ -151,18 +159,108 @@ static int batch_plan(qim__fanout *f, batch *b, const qim_fanout_plan *p) {
   return 0;
 }
 
-typedef struct wake_ctx {
-  const qim__fanout *f;
-  const batch *b;
-} wake_ctx;
+/* ---- writes in flight ----------------------------------------------------------------------
+ * The fanout goes on once a write (an append call, an outbox trim) has COMMITTED (store.h,
+ * "Committed"), not once it is durable: the lanes read the dispatches unconfirmed and push
+ * nothing before their own later writes are durable, which the store makes durable only
+ * after these. Waiting out each sync here made a message wait for up to two syncs before the
+ * fanout even read it. The write's completion arrives later on f->cq; at most FLIGHTS_MAX
+ * are outstanding. A completion that could not confirm a committed write is logged and
+ * becomes the next run's error (the store has failed; the consumer offset a restart replays
+ * from is in the store). */
 
-/* The appends committed: wake the lanes that have work in them, which read the dispatch logs
- * unconfirmed, while the sync runs (store.h, "Committed"). On the store's writer thread. */
-static void batch_wake(qim_store_req *req) {
-  const wake_ctx *w = req->committed_ctx;
-  uint32_t lanes = w->f->opt.shards.lanes_per_shard;
-  for (uint32_t i = 0; i < w->b->nwake; i++)
-    w->f->opt.on_dispatched(w->f->opt.hook_ctx, w->b->wake[i] / lanes, (qim_lane_id)(w->b->wake[i] % lanes));
+#define FLIGHTS_MAX 8
+
+typedef struct flight {
+  union { /* each request starts with its qim_store_req */
+    qim_store_req req;
+    qim_store_log_append_req append;
+    qim_store_log_trim_req trim;
+  } u;
+  batch b;                 /* an append's, moved from the caller: the request points into it */
+  qim__fanout *f;
+  qim_cq_item committed_item;
+  bool committed, done, released;
+} flight;
+
+/* On the store's writer thread: wake the lanes that have work in the appends, which read
+ * the dispatch logs unconfirmed while the sync runs, and the fanout thread. */
+static void flight_committed_hint(qim_store_req *req) {
+  flight *fl = req->committed_ctx;
+  const qim__fanout *f = fl->f;
+  uint32_t lanes = f->opt.shards.lanes_per_shard;
+  if (f->opt.on_dispatched)
+    for (uint32_t i = 0; i < fl->b.nwake; i++)
+      f->opt.on_dispatched(f->opt.hook_ctx, fl->b.wake[i] / lanes, (qim_lane_id)(fl->b.wake[i] % lanes));
+  qim_cq_post(f->cq, &fl->committed_item);
+}
+
+static void flight_free(flight *fl) {
+  batch_free(&fl->b);
+  qim_free(fl);
+}
+
+static void flight_committed(qim_cq_item *it) {
+  flight *fl = (flight *)((char *)it - offsetof(flight, committed_item));
+  fl->committed = true;
+}
+
+static void flight_done(qim_store_req *req) {
+  flight *fl = req->data;
+  qim__fanout *f = fl->f;
+  fl->done = true;
+  f->inflight--;
+  if (fl->committed && req->status) {
+    QIM_LOGE(NULL, "fanout.write_unconfirmed", "op=%s outbox_offset=%llu appends=%zu rc=%s",
+             fl->b.count ? "append" : "trim", (unsigned long long)fl->b.first, fl->b.count,
+             qim_err_name(req->status));
+    f->unconfirmed_rc = qim_err_raise(QIM_E_FANOUT_TRANSACTION_FAILED);
+  }
+  if (fl->released) flight_free(fl);
+}
+
+void qim__fanout_flights_settle(qim__fanout *f, uint32_t max) {
+  qim_cq_drain(f->cq);
+  while (f->inflight > max) qim_cq_wait(f->cq, -1);
+}
+
+/* A flight for one write, once there is room for it. */
+static flight *flight_new(qim__fanout *f) {
+  qim__fanout_flights_settle(f, FLIGHTS_MAX - 1);
+  flight *fl = qim_calloc(1, sizeof *fl);
+  fl->f = f;
+  fl->committed_item.run = flight_committed;
+  fl->u.req = (qim_store_req){.cq = f->cq, .done = flight_done, .data = fl, .committed = flight_committed_hint,
+                              .committed_ctx = fl};
+  return fl;
+}
+
+/* After the submission returned `rc`: waits until the write COMMITTED (0) or failed. */
+static int flight_wait(flight *fl, int rc) {
+  if (rc) { /* refused: no completion will come */
+    fl->done = true;
+    return rc;
+  }
+  fl->f->inflight++;
+  while (!fl->committed && !fl->done) qim_cq_wait(fl->f->cq, -1);
+  return fl->committed ? 0 : fl->u.req.status;
+}
+
+static void flight_release(flight *fl) {
+  fl->released = true;
+  if (fl->done) flight_free(fl);
+}
+
+/* Submits the batch's appends with the new offset; returns once they COMMITTED (0) or
+ * failed, with the flight in *out (the caller releases it). */
+static int flight_append(qim__fanout *f, batch *b, flight **out) {
+  flight *fl = *out = flight_new(f);
+  fl->b = *b;
+  *b = (batch){0};
+  qim_store_log_append_req *r = &fl->u.append;
+  r->appends = fl->b.appends, r->append_count = fl->b.count, r->has_consumer = true;
+  r->consumer = QIM_FANOUT_CONSUMER, r->consumer_stream = OUTBOX, r->consumer_offset = fl->b.next;
+  return flight_wait(fl, f->store->vt->logs.append(f->store, r));
 }
 
 /* Sets the committed offset (used for a batch without appends and for a rewind). */
@@ -200,43 +298,44 @@ static int violation(qim__fanout *f, const qim_store_log_append *a, uint64_t at,
  * *done counts records whose offset is committed. */
 static int batch_flush(qim__fanout *f, batch *b, uint32_t *done) {
   if (b->records == 0) return 0;
+  flight *fl = NULL;
   int rc;
   if (b->count == 0) {
     rc = offset_set(f, b->next);
   } else {
-    qim_store_log_append_req r = {.appends = b->appends, .append_count = b->count, .has_consumer = true,
-                                  .consumer = QIM_FANOUT_CONSUMER, .consumer_stream = OUTBOX, .consumer_offset = b->next};
-    wake_ctx w = {f, b};
-    if (f->opt.on_dispatched) r.req.committed = batch_wake, r.req.committed_ctx = &w;
-    rc = QIM_STORE_SYNC(f->store, logs.append, &r);
+    rc = flight_append(f, b, &fl);
+    b = &fl->b;
   }
-  if (rc == -EAGAIN) return QIM_AGAIN;
   if (rc) {
-    QIM_LOGW(NULL, "fanout.append_failed", "outbox_offset=%llu appends=%zu rc=%s", (unsigned long long)b->first,
-             b->count, qim_err_name(rc));
-    return qim_err_raise(QIM_E_FANOUT_TRANSACTION_FAILED);
+    if (rc != -EAGAIN)
+      QIM_LOGW(NULL, "fanout.append_failed", "outbox_offset=%llu appends=%zu rc=%s", (unsigned long long)b->first,
+               b->count, qim_err_name(rc));
+    if (fl) flight_release(fl);
+    return rc == -EAGAIN ? QIM_AGAIN : qim_err_raise(QIM_E_FANOUT_TRANSACTION_FAILED);
   }
   size_t fresh = 0, verified = 0;
-  for (size_t i = 0; i < b->count; i++) {
+  for (size_t i = 0; i < b->count && rc == 0; i++) {
     if (!b->appends[i].out_existed) {
       fresh++;
       continue;
     }
     rc = verify_append(f, &b->appends[i]);
     if (rc == QIM_E_FANOUT_DETERMINISM_VIOLATION) rc = violation(f, &b->appends[i], b->source[i], &b->trace[i]);
-    if (rc) {
+    if (rc)
       *done += (uint32_t)(b->source[i] - b->first);
-      return rc;
-    }
-    verified++;
+    else
+      verified++;
   }
-  pthread_mutex_lock(&f->mu);
-  f->status.dispatches += fresh;
-  f->status.verified += verified;
-  f->status.records += b->records;
-  pthread_mutex_unlock(&f->mu);
-  *done += b->records;
-  return 0;
+  if (rc == 0) {
+    pthread_mutex_lock(&f->mu);
+    f->status.dispatches += fresh;
+    f->status.verified += verified;
+    f->status.records += b->records;
+    pthread_mutex_unlock(&f->mu);
+    *done += b->records;
+  }
+  if (fl) flight_release(fl);
+  return rc;
 }
 
 /* Plans one outbox record into the batch. */
@@ -294,20 +393,29 @@ static void outbox_trim(qim__fanout *f, uint32_t done, uint64_t next) {
   f->since_trim += done;
   if (f->since_trim < f->opt.trim_every) return;
   f->since_trim = 0;
-  qim_store_log_trim_req t = {.stream = OUTBOX, .below = next};
-  int rc = QIM_STORE_SYNC(f->store, logs.trim, &t);
+  flight *fl = flight_new(f);
+  qim_store_log_trim_req *t = &fl->u.trim;
+  t->stream = OUTBOX, t->below = next;
+  int rc = flight_wait(fl, f->store->vt->logs.trim(f->store, t));
   if (rc) {
     QIM_LOGW(NULL, "fanout.outbox_trim_failed", "below=%llu rc=%s", (unsigned long long)next, qim_err_name(rc));
-    return;
+  } else {
+    pthread_mutex_lock(&f->mu);
+    f->status.outbox_trim = t->out_trim;
+    pthread_mutex_unlock(&f->mu);
   }
-  pthread_mutex_lock(&f->mu);
-  f->status.outbox_trim = t.out_trim;
-  pthread_mutex_unlock(&f->mu);
+  flight_release(fl);
 }
 
 int qim_fanout_run_once(qim_fanout *f, uint32_t max, uint32_t *processed) {
   uint32_t done = 0;
   if (processed) *processed = 0;
+  qim__fanout_flights_settle(f, FLIGHTS_MAX);
+  if (f->unconfirmed_rc) { /* an earlier run's append was committed but never confirmed */
+    int rc = f->unconfirmed_rc;
+    f->unconfirmed_rc = 0;
+    return rc;
+  }
   /* Both reads are unconfirmed (store.h): what they return only becomes dispatch appends,
    * which the store makes durable after it, so neither waits for a sync. */
   qim_store_log_consumer_get_req cg = {

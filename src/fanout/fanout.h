@@ -128,10 +128,13 @@ int qim_fanout_plan_envelope(qim_fanout *f, const qim_committed_envelope *env, q
  * limits allow (each call: dispatches + offset, atomically). *processed (may be NULL)
  * counts records whose offset was committed by this call. Every trim_every committed
  * records it also trims the outbox below the committed offset (logs.trim; the store keeps
- * the records unfinished commits still read back). Returns 0 (also when the
+ * the records unfinished commits still read back). A call goes on once it has COMMITTED
+ * (store.h, "Committed"): its completion, the confirmation that it is durable, is taken
+ * by a later run or by qim_fanout_free (at most 8 are outstanding). Returns 0 (also when the
  * outbox is drained), QIM_AGAIN on backpressure, or an error, in which case the offset
  * stays on the first record not done:
- *   FANOUT_TRANSACTION_FAILED       the combined append + offset call failed;
+ *   FANOUT_TRANSACTION_FAILED       the combined append + offset call failed, or an earlier
+ *                                   run's call committed and was then not confirmed;
  *   FANOUT_DETERMINISM_VIOLATION    a replayed dispatch differs from the stored one, or a
  *                                   snapshot differs from the frozen audience (logged at
  *                                   error level with the message's TraceId; the offset is

@@ -12,6 +12,11 @@ struct qim_fanout {
   qim_store *store;
   qim_fanout_options opt;
   uint32_t since_trim; /* records committed since the last outbox trim (the consuming thread's) */
+  /* Appends committed but not yet confirmed durable (fanout.c, "appends in flight"); the
+   * consuming thread's, like since_trim. */
+  qim_cq *cq;          /* their completions */
+  uint32_t inflight;
+  int unconfirmed_rc;  /* one of them was not confirmed: the next run's error */
 
   /* The task. `mu` guards everything below; the worker holds it only between steps. */
   pthread_mutex_t mu;
@@ -26,6 +31,10 @@ typedef struct qim__fanout_users {
   qim_user_id *ids;
   size_t count, cap;
 } qim__fanout_users;
+
+/* Runs the completions of appends in flight that arrived, waiting while more than `max`
+ * are outstanding (0: until every one has completed). The consuming thread's. */
+void qim__fanout_flights_settle(qim__fanout *f, uint32_t max);
 
 /* Every recipient of `env` (unsorted, may repeat); see fanout_audience.c. */
 int qim__fanout_recipients(qim__fanout *f, const qim_committed_envelope *env, qim__fanout_users *u);

@@ -53,6 +53,7 @@ static void *task_main(void *arg) {
     }
   }
   pthread_mutex_unlock(&f->mu);
+  qim__fanout_flights_settle(f, 0);
   return NULL;
 }
 

@@ -59,7 +59,11 @@ int qim_mailbox_new(qim_store *store, const qim_mailbox_options *opt, qim_mailbo
   pthread_cond_init(&m->drain_cv, NULL);
   m->shards = qim_calloc(m->opt.shards.shard_count, sizeof *m->shards);
   qim__mb_push_new(&m->push);
-  int rc = qim__mb_pool_start(m, &m->pool, m->opt.workers);
+  int rc = qim__mb_settler_start(m);
+  if (rc == 0) {
+    rc = qim__mb_pool_start(m, &m->pool, m->opt.workers);
+    if (rc) qim__mb_settler_stop(m);
+  }
   if (rc) {
     qim__mb_push_free(m->push);
     qim_free(m->shards);
@@ -75,6 +79,8 @@ int qim_mailbox_new(qim_store *store, const qim_mailbox_options *opt, qim_mailbo
 void qim_mailbox_free(qim_mailbox *m) {
   if (!m) return;
   qim__mb_pool_stop(&m->pool); /* joins workers: no step runs after this */
+  qim__mb_settler_stop(m);      /* every write in flight completes (its drain may kick a lane) */
+  qim__mb_pool_free(&m->pool);
   for (uint32_t i = 0; i < m->opt.shards.shard_count; i++) qim__mb_shard_free(atomic_load(&m->shards[i]));
   qim_free(m->shards);
   qim__mb_push_free(m->push);
@@ -97,6 +103,7 @@ static mb_shard *shard_new(qim_mailbox *m, qim_mailbox_shard_id id) {
     l->id = (qim_lane_id)i;
     l->wm_pub = l->wm = (qim_lane_watermark){id, (qim_lane_id)i, 0, 0};
     pthread_mutex_init(&l->mu, NULL);
+    qim__mb_flight_lane_init(l);
   }
   return sh;
 }
@@ -123,11 +130,7 @@ void qim__mb_shard_free(mb_shard *sh) {
   if (!sh) return;
   for (uint32_t i = 0; i < sh->m->opt.shards.lanes_per_shard; i++) {
     mb_lane *l = &sh->lanes[i];
-    for (mb_held *h = l->held, *next; h; h = next) { /* pushes never emitted */
-      next = h->next;
-      qim_mailbox_push_batch_free(h->batch);
-      qim_free(h);
-    }
+    qim__mb_flight_lane_destroy(l);
     pthread_mutex_destroy(&l->mu);
   }
   qim_free(sh->lanes);

@@ -50,7 +50,9 @@ typedef struct mb_pool {
 } mb_pool;
 
 int qim__mb_pool_start(qim_mailbox *m, mb_pool *p, uint32_t workers);
+/* Stops and joins the workers; kicks after it only queue. Then free destroys the pool. */
 void qim__mb_pool_stop(mb_pool *p);
+void qim__mb_pool_free(mb_pool *p);
 /* Runs `t` as soon as possible (or sets its kick flag while it runs). */
 void qim__mb_pool_kick(mb_pool *p, mb_task *t);
 /* Takes `t` off the queue and waits until it is not running; it stays off the queue. */
@@ -116,7 +118,16 @@ typedef struct mb_lane {
   uint64_t replay_until;        /* records below this offset may carry earlier progress */
   uint32_t backoff_ms;
   uint64_t next_retention_ns;
-  mb_held *held;                /* pushes kept while the push stage is paused */
+  /* the queue of step outcomes (flight.c), under fmu */
+  pthread_mutex_t fmu;
+  pthread_cond_t fcv;           /* an outcome left, or a write in flight committed / completed */
+  struct mb_flight *fhead, *ftail;
+  uint32_t nflight;
+  mb_held *held;                /* confirmed pushes kept while the push stage is paused */
+  bool idle_kick;               /* an empty read waits for the queue to empty */
+  bool rewind;                  /* an outcome was not confirmed: replay from rewind_offset */
+  uint64_t rewind_offset, rewind_until;
+  qim_mailbox_seq rewind_materialized;
   /* what status readers see */
   pthread_mutex_t mu;
   int last_error;
@@ -151,6 +162,12 @@ struct qim_mailbox {
   atomic_bool paused_materialize, paused_push;
   _Atomic uint64_t drain_gen;
   mb_push *push;
+  /* the settler (flight.c): completions of lane writes in flight */
+  pthread_t settler;
+  qim_cq *settle_cq;
+  qim_cq_item settle_wake;
+  atomic_bool settle_stop;
+  atomic_uint settle_out;       /* writes submitted and not completed */
 };
 
 /* The shard's struct, created on first use (never NULL for a valid id; NULL if out of range). */
@@ -161,6 +178,49 @@ void qim__mb_shard_free(mb_shard *sh);
 /* Wakes drain waiters (a lane went idle or changed state). */
 void qim__mb_drain_signal(qim_mailbox *m);
 void qim__mb_lane_set_error(mb_lane *l, int rc);
+
+/* ---- flight.c ------------------------------------------------------------------------------------ */
+
+/* One step's outcome on its way out of the lane: published once the step is durable, after
+ * every earlier step's. */
+typedef struct mb_flight {
+  struct mb_flight *next;       /* the lane's queue */
+  mb_lane *l;
+  bool committed, completed, queued; /* under l->fmu */
+  int status;                   /* the write's, once completed */
+  mb_held *pushes;
+  uint64_t dispatches, batches, entries, npushes;
+  qim_lane_watermark wm;        /* published with it */
+  uint64_t next_offset;
+  uint64_t from_offset;         /* the step's first record: the lane replays from here ... */
+  qim_mailbox_seq from_materialized; /* ... with this watermark, when it is not confirmed */
+  void *owner;                  /* freed with it: the step its write lives in */
+  void (*owner_free)(void *owner);
+} mb_flight;
+
+int qim__mb_settler_start(qim_mailbox *m);
+void qim__mb_settler_stop(qim_mailbox *m);
+void qim__mb_flight_lane_init(mb_lane *l);
+void qim__mb_flight_lane_destroy(mb_lane *l);
+mb_flight *qim__mb_flight_new(mb_lane *l);
+void qim__mb_flight_free(mb_flight *f);
+/* Submits `r` (retrying backpressure) with its completion on the settler and waits until it
+ * has COMMITTED: 0, or the status it failed with before (then the flight is not the
+ * settler's: queue it as failed or free it). */
+int qim__mb_flight_submit(mb_flight *f, qim_store_mailbox_append_req *r);
+/* Appends the outcome to its lane's queue (an outcome not submitted: set `completed`). */
+void qim__mb_flight_queue(mb_flight *f);
+/* The lane's worker: waits for room in the queue / for it to empty. */
+void qim__mb_flight_room(mb_lane *l);
+void qim__mb_flight_wait_empty(mb_lane *l);
+/* Is the queue empty? If not, the lane is kicked when it empties (an empty read then counts
+ * as idle for qim_mailbox_drain). */
+bool qim__mb_flight_idle(mb_lane *l);
+/* Emits held pushes unless the push stage is paused; true while some stay held. */
+bool qim__mb_flight_held(mb_lane *l);
+/* After an outcome was not confirmed: waits for the queue to empty, moves the lane back to
+ * the failed step's first record and returns true. */
+bool qim__mb_flight_rewound(mb_lane *l);
 
 /* ---- takeover.c ------------------------------------------------------------------------------------ */
 

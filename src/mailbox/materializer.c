@@ -17,8 +17,11 @@
  *      commits them), then the (k+1)-th once those are durable. So a dispatch's progress
  *      never claims a chunk that is not written, and a batch's completed_chunks (every
  *      chunk up to it, plus what was stored) always contains what the store holds;
- *   5. advances the watermark over the longest prefix of records that are complete and
- *      durable — fenced by our epoch — and only then emits that prefix's pushes.
+ *   5. advances the watermark over the longest prefix of records that are complete —
+ *      fenced by our epoch — and hands that prefix's pushes to the lane's queue (flight.c),
+ *      which emits them once the step is durable, after every earlier step's. A ready lane's
+ *      step whose last wave carries the advance goes on once that wave has COMMITTED; other
+ *      steps wait for their writes to be durable, as the waves before the last always do.
  * A failure advances nothing past the failing record. Transient failures back off and replay
  * (idempotent: the store answers a repeated batch with its original receipt, and a receipt
  * whose seq differs from ours is ProgressConflict); ShardNotOwned fences the lane;
@@ -76,6 +79,13 @@ typedef struct mb_step {
   size_t n;
   int halt_rc;     /* DispatchCorrupt for the record right after the plan */
   size_t advanced; /* records the watermark covers already (advanced with the last wave) */
+  uint64_t from_offset;               /* the lane's position and watermark when the step began */
+  qim_mailbox_seq from_materialized;
+  /* the last wave, when it flies (flight.c): its request lives as long as the step */
+  mb_flight *flight;
+  qim_store_mailbox_append_req last;
+  qim_append_mailbox_batch *last_batches;
+  qim_durability_receipt *last_receipts;
 } mb_step;
 
 /* ---- planning ---------------------------------------------------------------------------------- */
@@ -266,22 +276,47 @@ static bool wave_is_last(const mb_step *s, size_t wave) {
   return true;
 }
 
+/* May the wave go on once its request has committed (flight.c)? When it is the step's last
+ * and carries the watermark over every record, and the lane is past its replay. */
+static bool wave_flies(const mb_step *s, size_t wave) {
+  return wave_is_last(s, wave) && s->halt_rc == 0 && atomic_load(&s->l->ready);
+}
+
+/* Submits the wave's request and waits until it committed (it flies) or completed. */
+static int wave_call(mb_step *s, size_t wave, qim_store_mailbox_append_req *r) {
+  if (!wave_flies(s, wave)) {
+    int rc;
+    QIM__MB_CALL(rc, s->w, mailboxes.append, r);
+    return rc;
+  }
+  qim__mb_flight_room(s->l);
+  s->flight = qim__mb_flight_new(s->l);
+  int rc = qim__mb_flight_submit(s->flight, r);
+  if (rc) { /* never committed: the step goes on as one that waited */
+    qim__mb_flight_free(s->flight);
+    s->flight = NULL;
+  }
+  return rc;
+}
+
 /* The wave's batches in ONE request (one transaction); returns false when nothing was due. */
 static bool wave_together(mb_step *s, size_t wave) {
   size_t k = 0;
   for (size_t i = 0; i < s->n; i++) k += !s->recs[i].status && wave < s->recs[i].nbatches;
   if (!k) return false;
-  qim_append_mailbox_batch *v = qim_malloc(k * sizeof *v);
-  qim_durability_receipt *out = qim_calloc(k, sizeof *out);
+  qim_free(s->last_batches);
+  qim_free(s->last_receipts);
+  qim_append_mailbox_batch *v = s->last_batches = qim_malloc(k * sizeof *v);
+  qim_durability_receipt *out = s->last_receipts = qim_calloc(k, sizeof *out);
   k = 0;
   for (size_t i = 0; i < s->n; i++)
     if (!s->recs[i].status && wave < s->recs[i].nbatches) v[k++] = s->recs[i].batches[wave].batch;
-  qim_store_mailbox_append_req r = {
+  qim_store_mailbox_append_req *r = &s->last;
+  *r = (qim_store_mailbox_append_req){
       .batch = v, .batch_count = k, .out_receipts = out, .owner_epoch = s->sh->epoch};
-  if (wave_is_last(s, wave)) r.advance_to = s->recs[s->n - 1].seq;
-  int rc;
-  QIM__MB_CALL(rc, s->w, mailboxes.append, &r);
-  if (rc == 0 && r.advance_to) s->advanced = s->n;
+  if (wave_is_last(s, wave)) r->advance_to = s->recs[s->n - 1].seq;
+  int rc = wave_call(s, wave, r);
+  if (rc == 0 && r->advance_to) s->advanced = s->n;
   k = 0;
   for (size_t i = 0; i < s->n && rc != QIM_E_MATERIALIZE_SHARD_NOT_OWNED; i++) {
     mb_rec *rec = &s->recs[i];
@@ -291,8 +326,6 @@ static bool wave_together(mb_step *s, size_t wave) {
     b->req.out = out[k++];
     if (rc == 0) rec->status = batch_outcome(s, rec, b);
   }
-  qim_free(v);
-  qim_free(out);
   if (rc == QIM_E_MATERIALIZE_SHARD_NOT_OWNED) /* every record of the wave: the lane is fenced */
     for (size_t i = 0; i < s->n; i++)
       if (!s->recs[i].status && wave < s->recs[i].nbatches) s->recs[i].status = rc;
@@ -307,16 +340,8 @@ static void run_waves(mb_step *s) {
 
 /* ---- finishing a step ---------------------------------------------------------------------------------- */
 
-static void publish(mb_lane *l, size_t dispatches, size_t batches, size_t entries, size_t pushes) {
-  pthread_mutex_lock(&l->mu);
-  l->wm_pub = l->wm;
-  l->dispatches += dispatches, l->batches += batches, l->entries += entries, l->pushes += pushes;
-  pthread_mutex_unlock(&l->mu);
-  atomic_store(&l->next_offset_pub, l->next_offset);
-}
-
 /* The pushes of records [0, done), in order. */
-static mb_held *build_pushes(mb_step *s, size_t done, size_t *count) {
+static mb_held *build_pushes(mb_step *s, size_t done, uint64_t *count) {
   mb_held *head = NULL, **tail = &head;
   for (size_t i = 0; i < done; i++) {
     mb_rec *rec = &s->recs[i];
@@ -352,24 +377,30 @@ static int advance(mb_step *s, size_t done) {
   return 0;
 }
 
-/* Counts, pushes and publishes the completed prefix. Returns -1 when pushes are held. */
-static int complete(mb_step *s, size_t done) {
-  size_t dispatches = 0, batches = 0, entries = 0, pushes = 0;
+static void step_destroy(void *step);
+
+/* Hands the completed prefix's pushes, watermark and figures to the lane's queue (flight.c):
+ * they leave once the step is durable, after every earlier step's. A step whose last wave
+ * flies goes with them (its request lives in it) and is not the caller's any more. */
+static void complete(mb_step *s, size_t done) {
+  mb_flight *f = s->flight ? s->flight : qim__mb_flight_new(s->l);
   for (size_t i = 0; i < done; i++) {
-    dispatches += s->recs[i].dispatch;
-    batches += s->recs[i].nbatches;
-    for (size_t k = 0; k < s->recs[i].nbatches; k++) entries += s->recs[i].batches[k].batch.entry_count;
+    f->dispatches += s->recs[i].dispatch;
+    f->batches += s->recs[i].nbatches;
+    for (size_t k = 0; k < s->recs[i].nbatches; k++) f->entries += s->recs[i].batches[k].batch.entry_count;
   }
-  mb_held *held = build_pushes(s, done, &pushes);
-  int delay = 0;
-  if (held && atomic_load(&s->m->paused_push)) {
-    s->l->held = held; /* emitted when the push stage resumes */
-    delay = -1;
-  } else if (held) {
-    qim__mb_push_emit(s->m->push, held);
+  f->pushes = build_pushes(s, done, &f->npushes);
+  f->wm = s->l->wm;
+  f->next_offset = s->l->next_offset;
+  f->from_offset = s->from_offset;
+  f->from_materialized = s->from_materialized;
+  if (s->flight) {
+    f->owner = s;
+    f->owner_free = step_destroy;
+  } else {
+    f->completed = true; /* waited for: durable already */
   }
-  publish(s->l, dispatches, batches, entries, pushes);
-  return delay;
+  qim__mb_flight_queue(f);
 }
 
 /* ---- outcomes --------------------------------------------------------------------------------------------- */
@@ -383,20 +414,25 @@ static int halt(mb_lane *l, int state, int rc) {
   return -1;
 }
 
-/* A transient failure: back off, and replay the step's records with their stored progress. */
-static int retry(mb_step *s, int rc) {
-  mb_lane *l = s->l;
-  uint64_t end = s->read.out_count ? s->read.out_records[s->read.out_count - 1].offset + 1 : l->next_offset;
-  if (end > l->replay_until) l->replay_until = end;
+/* Backs off after a transient failure; returns the delay. */
+static int backoff(mb_lane *l, int rc) {
   l->backoff_ms = l->backoff_ms ? (l->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : l->backoff_ms * 2)
-                                : s->m->opt.retry_ms;
-  QIM_LOGW(NULL, "mailbox.step_retry", "shard=%u lane=%u next_offset=%llu error=%s backoff_ms=%u", s->sh->id, l->id,
+                                : l->sh->m->opt.retry_ms;
+  QIM_LOGW(NULL, "mailbox.step_retry", "shard=%u lane=%u next_offset=%llu error=%s backoff_ms=%u", l->sh->id, l->id,
            (unsigned long long)l->next_offset, qim_err_name(rc), l->backoff_ms);
   qim__mb_lane_set_error(l, qim_err_raise(QIM_E_MATERIALIZE_UNAVAILABLE));
   pthread_mutex_lock(&l->mu);
   l->retries++;
   pthread_mutex_unlock(&l->mu);
   return (int)l->backoff_ms;
+}
+
+/* A transient failure: back off, and replay the step's records with their stored progress. */
+static int retry(mb_step *s, int rc) {
+  mb_lane *l = s->l;
+  uint64_t end = s->read.out_count ? s->read.out_records[s->read.out_count - 1].offset + 1 : l->next_offset;
+  if (end > l->replay_until) l->replay_until = end;
+  return backoff(l, rc);
 }
 
 static int outcome(mb_step *s, int rc) {
@@ -413,7 +449,8 @@ static int outcome(mb_step *s, int rc) {
   return retry(s, rc);
 }
 
-static void step_free(mb_step *s) {
+static void step_destroy(void *step) {
+  mb_step *s = step;
   for (size_t i = 0; i < s->n; i++) {
     mb_rec *rec = &s->recs[i];
     for (size_t k = 0; k < rec->nbatches; k++) {
@@ -429,14 +466,20 @@ static void step_free(mb_step *s) {
     qim__mb_body_unref(rec->body);
   }
   qim_free(s->recs);
+  qim_free(s->last_batches);
+  qim_free(s->last_receipts);
   qim_store_log_read_free(&s->read);
+  qim_free(s);
 }
 
 /* ---- the step ---------------------------------------------------------------------------------------------- */
 
-/* Reads, plans and writes; returns the step's delay. */
-static int materialize(mb_step *s, uint64_t gen) {
+/* Reads, plans and writes; returns the step's delay. *flown: the step went with its outcome
+ * (complete) and is not ours to free. */
+static int materialize(mb_step *s, uint64_t gen, bool *flown) {
   mb_lane *l = s->l;
+  s->from_offset = l->next_offset;
+  s->from_materialized = l->wm.materialized;
   s->read.stream = (qim_log_stream){QIM_LOG_STREAM_MAILBOX_DISPATCH, s->sh->id};
   s->read.from = l->next_offset;
   s->read.max = s->m->opt.read_batch;
@@ -449,6 +492,7 @@ static int materialize(mb_step *s, uint64_t gen) {
     return halt(l, QIM_MAILBOX_LANE_FAILED, qim_err_raise(QIM_E_MATERIALIZE_READINESS_FAILED));
   if (rc) return retry(s, rc);
   if (s->read.out_count == 0) {
+    if (!qim__mb_flight_idle(l)) return -1; /* idle once its queue empties, which kicks it */
     atomic_store(&l->idle_gen, gen);
     qim__mb_drain_signal(s->m);
     return (int)s->m->opt.idle_poll_ms;
@@ -460,14 +504,16 @@ static int materialize(mb_step *s, uint64_t gen) {
   size_t done = 0;
   while (done < s->n && s->recs[done].status == 0) done++;
   rc = done < s->n ? s->recs[done].status : s->halt_rc;
-  int delay = 0;
-  if (done > 0) {
-    int arc = advance(s, done);
-    if (arc) return outcome(s, arc);
-    delay = complete(s, done);
+  if (done == 0) return outcome(s, rc);
+  int arc = advance(s, done);
+  if (arc) return outcome(s, arc);
+  if (!s->flight) {
+    complete(s, done);
+    return outcome(s, rc);
   }
-  if (rc) return outcome(s, rc);
-  outcome(s, 0);
+  int delay = outcome(s, rc);
+  *flown = true;
+  complete(s, done); /* last: s may be gone once it is queued */
   return delay;
 }
 
@@ -480,24 +526,24 @@ static bool runnable(const mb_lane *l) {
 int qim__mb_lane_step(mb_task *t, mb_worker *w) {
   mb_lane *l = (mb_lane *)t;
   qim_mailbox *m = w->m;
-  if (l->held) { /* pushes of the last step wait for the push stage */
-    if (atomic_load(&m->paused_push)) return -1;
-    qim__mb_push_emit(m->push, l->held);
-    l->held = NULL;
-  }
+  if (qim__mb_flight_held(l)) return -1; /* confirmed pushes wait for the push stage */
   if (!runnable(l)) return -1;
+  if (qim__mb_flight_rewound(l)) return backoff(l, qim_err_raise(QIM_E_MATERIALIZE_UNAVAILABLE));
   uint64_t gen = atomic_load(&m->drain_gen);
   uint64_t now = qim__mb_now_ns();
   if (atomic_exchange(&l->retention_kick, false) || now >= l->next_retention_ns) {
     l->next_retention_ns = now + (uint64_t)m->opt.retention_interval_ms * 1000000u;
+    qim__mb_flight_wait_empty(l); /* it publishes the watermark it moves */
     int rc = qim__mb_retention_pass(l, w);
     if (rc == QIM_E_MATERIALIZE_SHARD_NOT_OWNED) {
       atomic_store(&l->sh->fenced, true);
       return halt(l, QIM_MAILBOX_LANE_FENCED, rc);
     }
   }
-  mb_step s = {.l = l, .sh = l->sh, .w = w, .m = m};
-  int delay = materialize(&s, gen);
-  step_free(&s);
+  mb_step *s = qim_malloc(sizeof *s);
+  *s = (mb_step){.l = l, .sh = l->sh, .w = w, .m = m};
+  bool flown = false;
+  int delay = materialize(s, gen, &flown);
+  if (!flown) step_destroy(s);
   return delay;
 }

@@ -136,6 +136,7 @@ int qim__mb_pool_start(qim_mailbox *m, mb_pool *p, uint32_t workers) {
       qim_cq_free(w->cq);
       QIM_LOGE(NULL, "mailbox.worker_start_failed", "rc=%d", rc);
       qim__mb_pool_stop(p);
+      qim__mb_pool_free(p);
       return rc;
     }
     p->count++;
@@ -161,6 +162,9 @@ void qim__mb_pool_stop(mb_pool *p) {
   qim_free(p->workers);
   p->workers = NULL;
   p->count = 0;
+}
+
+void qim__mb_pool_free(mb_pool *p) {
   pthread_cond_destroy(&p->cv);
   pthread_cond_destroy(&p->done_cv);
   pthread_mutex_destroy(&p->mu);

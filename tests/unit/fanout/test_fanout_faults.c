@@ -1,7 +1,8 @@
 /*
  * test_fanout_faults.c — faults injected at the store-interface level (wrap_store.h):
  * a combined append + offset call that fails or is killed between its two halves,
- * a stored snapshot that was tampered with, and a store that cannot be read. After each,
+ * a stored snapshot that was tampered with, a store that cannot be read, and appends whose
+ * completions come late or say the commit was not made durable. After each,
  * a restarted fanout on the real store duplicates nothing and skips nothing.
  */
 #include "testsupport.h"
@@ -270,6 +271,64 @@ static void test_unreadable_outbox_is_unavailable(void **state) {
   qim_test_rmtree(dir);
 }
 
+/* ---- appends in flight ------------------------------------------------------------------------- */
+
+/* The fanout goes on once an append has COMMITTED: a run completes every record while the
+ * appends' completions (their syncs) are still outstanding, and they are settled later. */
+static void test_the_fanout_goes_on_while_its_appends_await_their_completion(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("fanout-park");
+  qim_store *s = fx_open(dir, "a");
+  build(s);
+  wrap_store *w = wrap_store_new(s);
+  atomic_store(&w->park_append, 1);
+  qim_fanout *f = fanout_over(&w->base);
+  uint32_t n;
+  assert_int_equal(qim_fanout_run_once(f, 100, &n), 0);
+  assert_int_equal(n, 6);
+  assert_true(wrap_parked_count(w) >= 1);
+  qim_fanout_status st;
+  qim_fanout_get_status(f, &st);
+  assert_int_equal(st.records, 6);
+  assert_int_equal(fx_consumer(s), 7); /* the offset is committed (and, read this way, durable) */
+  wrap_release_parked(w);
+  qim_fanout_free(f); /* settles the released completions */
+  assert_no_duplicates(s);
+  wrap_close(&w->base);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
+/* An append that committed but whose sync failed surfaces as the next run's error; a restart
+ * on the store finds the offset committed and duplicates nothing. */
+static void test_an_append_committed_but_not_confirmed_fails_the_next_run(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("fanout-unconfirmed");
+  qim_store *s = fx_open(dir, "a");
+  build(s);
+  wrap_store *w = wrap_store_new(s);
+  atomic_store(&w->unconfirm_append, 1);
+  qim_fanout *f = fanout_over(&w->base);
+  uint32_t n;
+  assert_int_equal(qim_fanout_run_once(f, 100, &n), 0);
+  assert_int_equal(n, 6);
+  assert_int_equal(fx_consumer(s), 7); /* answered after the appends' completions were posted */
+  assert_int_equal(qim_fanout_run_once(f, 100, &n), QIM_E_FANOUT_TRANSACTION_FAILED);
+  assert_int_equal(n, 0);
+  assert_true(w->intercepted >= 1);
+  atomic_store(&w->unconfirm_append, 0);
+  assert_int_equal(qim_fanout_run_once(f, 100, &n), 0);
+  qim_fanout_free(f);
+  f = fanout_over(s);
+  assert_int_equal(qim_fanout_run_once(f, 100, &n), 0);
+  assert_int_equal(n, 0);
+  assert_no_duplicates(s);
+  qim_fanout_free(f);
+  wrap_close(&w->base);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_failed_offset_commit_is_transaction_failed_and_a_restart_duplicates_nothing),
@@ -278,6 +337,8 @@ int main(void) {
       cmocka_unit_test(test_replay_after_the_stored_snapshot_was_tampered_with_is_a_violation),
       cmocka_unit_test(test_replay_after_the_snapshot_rows_were_tampered_with_on_disk_is_a_violation),
       cmocka_unit_test(test_unreadable_outbox_is_unavailable),
+      cmocka_unit_test(test_the_fanout_goes_on_while_its_appends_await_their_completion),
+      cmocka_unit_test(test_an_append_committed_but_not_confirmed_fails_the_next_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,11 @@
  *                  between the two halves), then completes with
  *                  COMMIT_LOG_TRANSACTION_ABORTED (the offset commit failed) — or, with
  *                  kill_after_split, SIGKILLs the process right there;
+ *   park_append    a combined append runs in the inner store as usual (its COMMIT and its
+ *                  `committed` hint) but its completion is parked until
+ *                  wrap_release_parked posts it: a sync that has not finished yet;
+ *   unconfirm_append  a combined append that committed completes with
+ *                  COMMIT_LOG_PUBLICATION_NOT_DURABLE, as when the sync after it failed;
  *   fail_read      logs.read completes with -EIO;
  *   fail_conv_get  conversations.get completes with -EIO;
  *   fail_reserve   intents.reserve completes with -EIO;
@@ -19,6 +24,7 @@
 #ifndef QIM_WRAP_STORE_H
 #define QIM_WRAP_STORE_H
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -33,6 +39,10 @@ typedef struct wrap_store {
   qim_store *inner;
   atomic_int split_append, kill_after_split, fail_read, fail_conv_get, fail_reserve;
   atomic_int splits;  /* combined appends split so far */
+  atomic_int park_append, unconfirm_append;
+  pthread_mutex_t mu; /* the parked completions */
+  struct wrap_parked { qim_store_req *req; void (*done)(qim_store_req *); void *data; bool arrived; } parked[16];
+  int nparked, intercepted;
   void (*tamper)(qim_store_members_at_req *r, void *ctx);
   void *tamper_ctx;
 } wrap_store;
@@ -96,11 +106,76 @@ WRAP_FN int wrap_complete(qim_store_req *r, int status) {
   return 0;
 }
 
+/* A combined append's completion, intercepted: parked, or turned into "not durable". */
+WRAP_FN void wrap_append_done(qim_store_req *r) {
+  wrap_store *w = r->data;
+  pthread_mutex_lock(&w->mu);
+  int i = 0;
+  while (w->parked[i].req != r) i++;
+  struct wrap_parked p = w->parked[i];
+  if (atomic_load(&w->park_append)) {
+    w->parked[i].arrived = true;
+    w->nparked++;
+    pthread_mutex_unlock(&w->mu);
+    return;
+  }
+  w->parked[i] = (struct wrap_parked){0};
+  pthread_mutex_unlock(&w->mu);
+  r->done = p.done, r->data = p.data;
+  if (r->status == 0) r->status = qim_err_raise(QIM_E_COMMIT_LOG_PUBLICATION_NOT_DURABLE);
+  r->done(r);
+}
+
+/* Posts every parked completion to its queue, as the backend would have; one still to
+ * arrive goes straight to its caller. Call it from the thread that runs those completions. */
+static inline void wrap_release_parked(wrap_store *w) {
+  atomic_store(&w->park_append, 0);
+  pthread_mutex_lock(&w->mu);
+  for (int i = 0; i < 16; i++) {
+    qim_store_req *r = w->parked[i].req;
+    if (!r) continue;
+    r->done = w->parked[i].done, r->data = w->parked[i].data;
+    bool arrived = w->parked[i].arrived;
+    w->parked[i] = (struct wrap_parked){0};
+    if (!arrived) continue;
+    r->item.run = wrap_run_done;
+    qim_cq_post(r->cq, &r->item);
+  }
+  w->nparked = 0;
+  pthread_mutex_unlock(&w->mu);
+}
+
+static inline int wrap_parked_count(wrap_store *w) {
+  pthread_mutex_lock(&w->mu);
+  int n = w->nparked;
+  pthread_mutex_unlock(&w->mu);
+  return n;
+}
+
 WRAP_FN int wrap_logs_append(qim_store *s, qim_store_log_append_req *r) {
   wrap_store *w = wrap_of(s);
+  if ((atomic_load(&w->park_append) || atomic_load(&w->unconfirm_append)) && r->has_consumer) {
+    pthread_mutex_lock(&w->mu);
+    int i = 0;
+    while (w->parked[i].req) i++;
+    w->parked[i] = (struct wrap_parked){&r->req, r->req.done, r->req.data, false};
+    w->intercepted++;
+    pthread_mutex_unlock(&w->mu);
+    r->req.done = wrap_append_done;
+    r->req.data = w;
+    int rc = w->inner->vt->logs.append(w->inner, r);
+    if (rc) {
+      pthread_mutex_lock(&w->mu);
+      r->req.done = w->parked[i].done, r->req.data = w->parked[i].data;
+      w->parked[i] = (struct wrap_parked){0};
+      pthread_mutex_unlock(&w->mu);
+    }
+    return rc;
+  }
   if (!atomic_load(&w->split_append) || !r->has_consumer) return w->inner->vt->logs.append(w->inner, r);
   qim_store_log_append_req first = *r; /* same appends array: outputs land in the caller's */
   first.has_consumer = false;
+  first.req.committed = NULL; /* the combined call never commits: no hint (store.h, "Committed") */
   int rc = QIM_STORE_SYNC(w->inner, logs.append, &first);
   atomic_fetch_add(&w->splits, 1);
   if (rc == 0 && atomic_load(&w->kill_after_split)) raise(SIGKILL);
@@ -137,11 +212,15 @@ WRAP_FN int wrap_conversations_members_at(qim_store *s, qim_store_members_at_req
   return wrap_complete(&r->req, rc);
 }
 
-WRAP_FN void wrap_close(qim_store *s) { qim_free(s); } /* the inner store is the test's */
+WRAP_FN void wrap_close(qim_store *s) { /* the inner store is the test's */
+  pthread_mutex_destroy(&wrap_of(s)->mu);
+  qim_free(s);
+}
 
 static inline wrap_store *wrap_store_new(qim_store *inner) {
   wrap_store *w = qim_calloc(1, sizeof *w);
   w->inner = inner;
+  pthread_mutex_init(&w->mu, NULL);
   w->vt = (qim_store_vtable){
       .name = "wrap",
       .accounts = {wrap_accounts_user_create, wrap_accounts_user_get, wrap_accounts_user_update,

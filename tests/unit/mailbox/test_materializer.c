@@ -3,8 +3,9 @@
  * their MailboxSeq (the record's stamped epoch and offset, equal in every lane), Mention,
  * Membership and Control entries reaching offline members, body inlining, a stalled lane that
  * hides nothing and shows everything once it resumes, durability before push, the push
- * registry, one append request per step (its watermark included), and the lane errors
- * DispatchCorrupt, ProgressConflict and Unavailable.
+ * registry, one append request per step (its watermark included), the lane errors
+ * DispatchCorrupt, ProgressConflict and Unavailable, and a lane that writes on while its last
+ * write awaits durability (and what it does when that write is not confirmed).
  */
 #include "mb_fixture.h"
 
@@ -495,6 +496,118 @@ static void test_a_step_writes_its_batches_and_watermark_in_one_request(void **s
   fx_wrap_free(wrap);
 }
 
+/* ---- writes in flight (flight.c) ------------------------------------------------------------------ */
+
+static fx_gate *held_gate; /* the completions of mailbox appends wait here while it is armed */
+static void hold_completion(fx_wrap *w, qim_store_req *r) {
+  (void)w, (void)r;
+  fx_gate_hook(held_gate);
+}
+
+typedef struct calls_at { fx_wrap *wrap; int want; } calls_at;
+static bool appends_reached(void *ctx) {
+  calls_at *c = ctx;
+  return fx_wrap_calls(c->wrap, FX_MB_APPEND) >= c->want;
+}
+
+/* A mailbox over `wrap`, ready, with `u` routed to connection shard `cs` and its pushes in
+ * `sink`; every completion of a mailbox append passes through `hook` first. */
+static qim_mailbox *routed_mailbox(fx_wrap *wrap, fx_sink *sink, qim_connection_shard_id cs, qim_user_id u,
+                                   void (*hook)(fx_wrap *, qim_store_req *)) {
+  qim_mailbox_options o = fx_mb_options();
+  qim_mailbox *m = fx_mailbox(&wrap->base, &o);
+  assert_int_equal(qim_mailbox_push_register(m, cs, fx_sink_fn, sink), 0);
+  fx_acquire_all(m);
+  assert_int_equal(qim_mailbox_drain(m, 10000), 0);
+  qim_mailbox_route_add(m, fx_tenant(), u, cs);
+  pthread_mutex_lock(&wrap->mu);
+  wrap->hook_op = FX_MB_APPEND;
+  wrap->hook = hook;
+  pthread_mutex_unlock(&wrap->mu);
+  return m;
+}
+
+/* A lane's step goes on once its write has COMMITTED: the next message is written while the
+ * first one's confirmation is still held back, and neither is pushed before its write is
+ * confirmed; then both are pushed, in order. */
+static void test_a_lane_writes_on_while_its_last_write_awaits_durability_and_pushes_in_order(void **state) {
+  world *w = *state;
+  fx_wrap *wrap = fx_wrap_new(w->env->store);
+  fx_sink sink = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  qim_user_id u = fx_user_on(0, 1, 0);
+  fx_gate gate = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  held_gate = &gate;
+  fx_gate_set(&gate, 1);
+  qim_mailbox *m = routed_mailbox(wrap, &sink, 43, u, hold_completion);
+  int base = fx_wrap_calls(wrap, FX_MB_APPEND);
+  fx_msg first = text(130, u), second = text(131, u);
+  qim_mailbox_seq s1 = fx_send(w->env->store, &first, 0, &u, 1);
+  qim_mailbox_notify(m, 0);
+  fx_gate_wait_entered(&gate); /* the first write committed; its confirmation is held */
+  qim_mailbox_seq s2 = fx_send(w->env->store, &second, 0, &u, 1);
+  qim_mailbox_notify(m, 0);
+  calls_at c = {wrap, base + 2};
+  assert_true(fx_eventually(appends_reached, &c));
+  fx_sleep_ms(50);
+  assert_int_equal(fx_sink_entries(&sink), 0);
+  fx_gate_set(&gate, 0);
+  sink_has h = {&sink, 2};
+  assert_true(fx_eventually(sink_reached, &h));
+  assert_int_equal(qim_mailbox_drain(m, 10000), 0);
+  assert_int_equal(sink.n, 2);
+  assert_int_equal(sink.batches[0]->entries[0].mailbox_seq, s1);
+  assert_int_equal(sink.batches[1]->entries[0].mailbox_seq, s2);
+  qim_mailbox_lane_status st;
+  qim_mailbox_lane_status_get(m, 0, 1, &st);
+  assert_int_equal(st.watermark.materialized, s2);
+  assert_int_equal(st.pushes, 2);
+  qim_mailbox_push_unregister(m, 43);
+  fx_sink_clear(&sink);
+  qim_mailbox_free(m);
+  fx_wrap_free(wrap);
+}
+
+static atomic_int unconfirmed_left;
+static void unconfirm_completion(fx_wrap *w, qim_store_req *r) {
+  (void)w;
+  if (r->status == 0 && atomic_fetch_sub(&unconfirmed_left, 1) > 0)
+    r->status = qim_err_raise(QIM_E_MATERIALIZE_UNAVAILABLE); /* committed, never confirmed */
+}
+
+/* A write that committed and then was not confirmed pushes nothing: the lane drops the step,
+ * replays it from the stored progress (its entries stay written once), and goes on. */
+static void test_a_committed_write_that_is_not_confirmed_is_replayed_and_never_pushed(void **state) {
+  world *w = *state;
+  fx_wrap *wrap = fx_wrap_new(w->env->store);
+  fx_sink sink = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  qim_user_id u = fx_user_on(0, 1, 0);
+  atomic_store(&unconfirmed_left, 1);
+  qim_mailbox *m = routed_mailbox(wrap, &sink, 44, u, unconfirm_completion);
+  fx_msg lost = text(140, u), next = text(141, u);
+  qim_mailbox_seq s1 = fx_send(w->env->store, &lost, 0, &u, 1);
+  qim_mailbox_notify(m, 0);
+  assert_int_equal(qim_mailbox_drain(m, 10000), 0);
+  qim_mailbox_lane_status st;
+  qim_mailbox_lane_status_get(m, 0, 1, &st);
+  assert_true(st.retries >= 1);
+  assert_int_equal(st.watermark.materialized, s1);
+  assert_int_equal(fx_sink_entries(&sink), 0);
+  qim_mailbox_seq s2 = fx_send(w->env->store, &next, 0, &u, 1);
+  qim_mailbox_notify(m, 0);
+  sink_has h = {&sink, 1};
+  assert_true(fx_eventually(sink_reached, &h));
+  assert_int_equal(sink.batches[0]->entries[0].mailbox_seq, s2);
+  fx_pulled p = fx_pull_all(m, u, 0, 100);
+  assert_int_equal(p.n, 2);
+  assert_int_equal(p.e[0].mailbox_seq, s1);
+  assert_int_equal(p.e[1].mailbox_seq, s2);
+  fx_pulled_free(&p);
+  qim_mailbox_push_unregister(m, 44);
+  fx_sink_clear(&sink);
+  qim_mailbox_free(m);
+  fx_wrap_free(wrap);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_entries_carry_the_records_seq_in_every_lane, setup, teardown),
@@ -510,6 +623,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_dispatch_seen_again_at_another_position_is_a_progress_conflict, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_store_failures_are_retried_and_reported_unavailable, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_a_lane_writes_on_while_its_last_write_awaits_durability_and_pushes_in_order, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_committed_write_that_is_not_confirmed_is_replayed_and_never_pushed,
+                                      setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
