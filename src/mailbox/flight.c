@@ -39,7 +39,7 @@
 
 static void *settler_main(void *arg) {
   qim_mailbox *m = arg;
-  qim_log_name_thread("mb-settle");
+  qim_log_name_thread("settle");
   while (!atomic_load(&m->settle_stop) || atomic_load(&m->settle_out) > 0) qim_cq_wait(m->settle_cq, -1);
   return NULL;
 }
