@@ -85,9 +85,10 @@ static int open_commit(qim_node *n) {
 
 static int open_mailbox(qim_node *n, uint32_t ready_ms) {
   const qim_config *c = n->cfg;
-  /* Eight workers, though they mostly wait: a lane step waits for its writes to be durable,
-   * so more steps in flight let the store's group commit put many lanes' writes under one
-   * fsync (with two, a 100-member group's delivery took ~6x longer, qim-bench group). */
+  /* Eight workers, though they mostly wait: a lane step other than a ready lane's single
+   * last wave waits for its writes to be durable, so more steps in flight let the store's
+   * group commit put many lanes' writes under one fsync (with two, a 100-member group's
+   * delivery took ~6x longer, qim-bench group). */
   qim_mailbox_options mo = {.shards = n->shards, .node_id = c->node_id, .workers = 8,
                             .retain_count = c->mailbox_retain_count,
                             .retention_interval_ms = (uint32_t)c->mailbox_retention_interval_ms};
