@@ -238,8 +238,9 @@ void qim__mb_flight_wait_empty(mb_lane *l) {
 
 bool qim__mb_flight_idle(mb_lane *l) {
   pthread_mutex_lock(&l->fmu);
-  bool idle = l->nflight == 0;
-  if (!idle) l->idle_kick = true;
+  /* Not while a rewind waits either: the outcome dropped just now kicked the lane for it. */
+  bool idle = l->nflight == 0 && !l->rewind;
+  if (l->nflight) l->idle_kick = true;
   pthread_mutex_unlock(&l->fmu);
   return idle;
 }

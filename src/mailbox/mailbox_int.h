@@ -213,8 +213,8 @@ void qim__mb_flight_queue(mb_flight *f);
 /* The lane's worker: waits for room in the queue / for it to empty. */
 void qim__mb_flight_room(mb_lane *l);
 void qim__mb_flight_wait_empty(mb_lane *l);
-/* Is the queue empty? If not, the lane is kicked when it empties (an empty read then counts
- * as idle for qim_mailbox_drain). */
+/* Is the queue empty, with no rewind waiting? If not, the lane is kicked when the queue
+ * empties or the rewind is due (an empty read then counts as idle for qim_mailbox_drain). */
 bool qim__mb_flight_idle(mb_lane *l);
 /* Emits held pushes unless the push stage is paused; true while some stay held. */
 bool qim__mb_flight_held(mb_lane *l);
