@@ -42,7 +42,7 @@ typedef struct wrap_store {
   atomic_int park_append, unconfirm_append;
   pthread_mutex_t mu; /* the parked completions */
   struct wrap_parked { qim_store_req *req; void (*done)(qim_store_req *); void *data; bool arrived; } parked[16];
-  int nparked, intercepted;
+  int intercepted;      /* combined appends that went through the two switches above */
   void (*tamper)(qim_store_members_at_req *r, void *ctx);
   void *tamper_ctx;
 } wrap_store;
@@ -115,7 +115,6 @@ WRAP_FN void wrap_append_done(qim_store_req *r) {
   struct wrap_parked p = w->parked[i];
   if (atomic_load(&w->park_append)) {
     w->parked[i].arrived = true;
-    w->nparked++;
     pthread_mutex_unlock(&w->mu);
     return;
   }
@@ -141,15 +140,7 @@ static inline void wrap_release_parked(wrap_store *w) {
     r->item.run = wrap_run_done;
     qim_cq_post(r->cq, &r->item);
   }
-  w->nparked = 0;
   pthread_mutex_unlock(&w->mu);
-}
-
-static inline int wrap_parked_count(wrap_store *w) {
-  pthread_mutex_lock(&w->mu);
-  int n = w->nparked;
-  pthread_mutex_unlock(&w->mu);
-  return n;
 }
 
 WRAP_FN int wrap_logs_append(qim_store *s, qim_store_log_append_req *r) {
