@@ -214,7 +214,7 @@ static void flight_done(qim_store_req *req) {
     QIM_LOGE(NULL, "fanout.write_unconfirmed", "op=%s outbox_offset=%llu appends=%zu rc=%s",
              fl->b.count ? "append" : "trim", (unsigned long long)fl->b.first, fl->b.count,
              qim_err_name(req->status));
-    f->unconfirmed_rc = qim_err_raise(QIM_E_FANOUT_TRANSACTION_FAILED);
+    f->unconfirmed = true;
   }
   if (fl->released) flight_free(fl);
 }
@@ -411,10 +411,9 @@ int qim_fanout_run_once(qim_fanout *f, uint32_t max, uint32_t *processed) {
   uint32_t done = 0;
   if (processed) *processed = 0;
   qim__fanout_flights_settle(f, FLIGHTS_MAX);
-  if (f->unconfirmed_rc) { /* an earlier run's append was committed but never confirmed */
-    int rc = f->unconfirmed_rc;
-    f->unconfirmed_rc = 0;
-    return rc;
+  if (f->unconfirmed) { /* an earlier run's write was committed but never confirmed */
+    f->unconfirmed = false;
+    return qim_err_raise(QIM_E_FANOUT_TRANSACTION_FAILED);
   }
   /* Both reads are unconfirmed (store.h): what they return only becomes dispatch appends,
    * which the store makes durable after it, so neither waits for a sync. */

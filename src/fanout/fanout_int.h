@@ -12,11 +12,11 @@ struct qim_fanout {
   qim_store *store;
   qim_fanout_options opt;
   uint32_t since_trim; /* records committed since the last outbox trim (the consuming thread's) */
-  /* Appends committed but not yet confirmed durable (fanout.c, "appends in flight"); the
+  /* Writes committed but not yet confirmed durable (fanout.c, "writes in flight"); the
    * consuming thread's, like since_trim. */
   qim_cq *cq;          /* their completions */
   uint32_t inflight;
-  int unconfirmed_rc;  /* one of them was not confirmed: the next run's error */
+  bool unconfirmed;    /* one of them was not confirmed: the next run fails */
 
   /* The task. `mu` guards everything below; the worker holds it only between steps. */
   pthread_mutex_t mu;

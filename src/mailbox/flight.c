@@ -98,18 +98,24 @@ void qim__mb_flight_free(mb_flight *f) {
 
 static void kick(mb_lane *l) { qim__mb_pool_kick(&l->sh->m->pool, &l->task); }
 
-/* fmu held. Publishes a confirmed outcome: its pushes (after the held ones, or held while the
- * push stage is paused), then its watermark and figures. */
-static void publish(mb_lane *l, mb_flight *f) {
+/* fmu held. Emits the held pushes unless the push stage is paused; true while some stay. */
+static bool emit_held(mb_lane *l) {
   qim_mailbox *m = l->sh->m;
-  mb_held **tail = &l->held;
-  while (*tail) tail = &(*tail)->next;
-  *tail = f->pushes;
-  f->pushes = NULL;
   if (l->held && !atomic_load(&m->paused_push)) {
     qim__mb_push_emit(m->push, l->held);
     l->held = NULL;
   }
+  return l->held != NULL;
+}
+
+/* fmu held. Publishes a confirmed outcome: its pushes (after the held ones, or held while the
+ * push stage is paused), then its watermark and figures. */
+static void publish(mb_lane *l, mb_flight *f) {
+  mb_held **tail = &l->held;
+  while (*tail) tail = &(*tail)->next;
+  *tail = f->pushes;
+  f->pushes = NULL;
+  emit_held(l);
   pthread_mutex_lock(&l->mu);
   l->wm_pub = f->wm;
   l->dispatches += f->dispatches, l->batches += f->batches, l->entries += f->entries, l->pushes += f->npushes;
@@ -224,15 +230,20 @@ void qim__mb_flight_queue(mb_flight *f) {
 
 /* ---- the lane's worker --------------------------------------------------------------------------------- */
 
+/* fmu held. Waits until at most `max` outcomes are queued. */
+static void wait_at_most(mb_lane *l, uint32_t max) {
+  while (l->nflight > max) pthread_cond_wait(&l->fcv, &l->fmu);
+}
+
 void qim__mb_flight_room(mb_lane *l) {
   pthread_mutex_lock(&l->fmu);
-  while (l->nflight >= FLIGHTS_MAX) pthread_cond_wait(&l->fcv, &l->fmu);
+  wait_at_most(l, FLIGHTS_MAX - 1);
   pthread_mutex_unlock(&l->fmu);
 }
 
 void qim__mb_flight_wait_empty(mb_lane *l) {
   pthread_mutex_lock(&l->fmu);
-  while (l->nflight > 0) pthread_cond_wait(&l->fcv, &l->fmu);
+  wait_at_most(l, 0);
   pthread_mutex_unlock(&l->fmu);
 }
 
@@ -246,13 +257,8 @@ bool qim__mb_flight_idle(mb_lane *l) {
 }
 
 bool qim__mb_flight_held(mb_lane *l) {
-  qim_mailbox *m = l->sh->m;
   pthread_mutex_lock(&l->fmu);
-  if (l->held && !atomic_load(&m->paused_push)) {
-    qim__mb_push_emit(m->push, l->held);
-    l->held = NULL;
-  }
-  bool held = l->held != NULL;
+  bool held = emit_held(l);
   pthread_mutex_unlock(&l->fmu);
   return held;
 }
@@ -261,7 +267,7 @@ bool qim__mb_flight_rewound(mb_lane *l) {
   pthread_mutex_lock(&l->fmu);
   bool rewind = l->rewind;
   if (rewind) {
-    while (l->nflight > 0) pthread_cond_wait(&l->fcv, &l->fmu);
+    wait_at_most(l, 0);
     l->next_offset = l->rewind_offset;
     l->wm.materialized = l->rewind_materialized;
     if (l->rewind_until > l->replay_until) l->replay_until = l->rewind_until;

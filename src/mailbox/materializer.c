@@ -79,8 +79,8 @@ typedef struct mb_step {
   size_t n;
   int halt_rc;     /* DispatchCorrupt for the record right after the plan */
   size_t advanced; /* records the watermark covers already (advanced with the last wave) */
-  uint64_t from_offset;               /* the lane's position and watermark when the step began */
-  qim_mailbox_seq from_materialized;
+  qim_mailbox_seq from_materialized;  /* the lane's watermark when the step began (its
+                                         position then is read.from) */
   /* the last wave, when it flies (flight.c): its request lives as long as the step */
   mb_flight *flight;
   qim_store_mailbox_append_req last;
@@ -392,7 +392,7 @@ static void complete(mb_step *s, size_t done) {
   f->pushes = build_pushes(s, done, &f->npushes);
   f->wm = s->l->wm;
   f->next_offset = s->l->next_offset;
-  f->from_offset = s->from_offset;
+  f->from_offset = s->read.from;
   f->from_materialized = s->from_materialized;
   if (s->flight) {
     f->owner = s;
@@ -478,7 +478,6 @@ static void step_destroy(void *step) {
  * (complete) and is not ours to free. */
 static int materialize(mb_step *s, uint64_t gen, bool *flown) {
   mb_lane *l = s->l;
-  s->from_offset = l->next_offset;
   s->from_materialized = l->wm.materialized;
   s->read.stream = (qim_log_stream){QIM_LOG_STREAM_MAILBOX_DISPATCH, s->sh->id};
   s->read.from = l->next_offset;

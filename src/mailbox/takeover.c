@@ -64,7 +64,7 @@ static void start_lanes(mb_shard *sh, const qim_lane_watermark *wms) {
   uint64_t replay_from = UINT64_MAX;
   for (uint32_t i = 0; i < m->opt.shards.lanes_per_shard; i++) {
     mb_lane *l = &sh->lanes[i];
-    qim__mb_flight_wait_empty(l); /* outcomes of an earlier ownership publish nothing after this */
+    qim__mb_flight_wait_empty(l); /* an earlier ownership's outcomes publish before the reset */
     l->wm = wms[i];
     l->next_offset = start_offset(&wms[i], sh->fence_offset);
     l->replay_until = sh->fence_offset; /* earlier records may carry progress */
