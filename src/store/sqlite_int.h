@@ -355,6 +355,24 @@ void sq_col_bytes(sqlite3_stmt *st, int i, qim_bytes *out);
 static inline int64_t sq_stream_id(qim_log_stream s) {
   return s.kind == QIM_LOG_STREAM_OUTBOX ? 0 : (INT64_C(1) << 32) | s.shard;
 }
+/* A log record's row: its stream's slot (0 = outbox, 1 + shard = a dispatch stream) above
+ * the offset's 40 bits, so a stream's records are one ascending run of rowids and a read
+ * or a trim is a range of the table itself, with no index beside it (schema 7). Offsets
+ * stay below 2^40 (the dispatch offset is a MailboxSeq's low 40 bits; an outbox offset
+ * that would pass it fails, CommitLogError::Unavailable), and the slot fits the 23 bits
+ * above them. */
+#define SQ_LOG_OFFSET_BITS 40
+#define SQ_LOG_OFFSET_MAX ((UINT64_C(1) << SQ_LOG_OFFSET_BITS) - 1)
+#define SQ_LOG_SHARDS_MAX ((UINT32_C(1) << 22))
+static inline int64_t sq_log_pos(int64_t stream, uint64_t offset) {
+  int64_t slot = stream ? (stream & INT64_C(0xffffffff)) + 1 : 0;
+  return (int64_t)((uint64_t)slot << SQ_LOG_OFFSET_BITS | offset);
+}
+static inline uint64_t sq_log_pos_offset(int64_t pos) { return (uint64_t)pos & SQ_LOG_OFFSET_MAX; }
+/* The first row past the stream's run (offset 2^40, which no record has). */
+static inline int64_t sq_log_pos_end(int64_t stream) {
+  return sq_log_pos(stream, 0) + (INT64_C(1) << SQ_LOG_OFFSET_BITS);
+}
 /* A stream of this store: the outbox, or the dispatch stream of a configured shard. */
 static inline bool sq_stream_valid(const sq_store *st, qim_log_stream s) {
   if (s.kind == QIM_LOG_STREAM_OUTBOX) return true;

@@ -5,8 +5,9 @@
  *
  * Offsets start at 1 (so 0 can mean "nothing yet" for consumers and "no protection" for
  * trims, and no mailbox seq is 0); log_streams.next_offset is the dense counter and
- * log_streams.trim the lowest offset still readable. The idempotency key has a unique
- * index per stream, so a repeated key is found before anything is written.
+ * log_streams.trim the lowest offset still readable. A record's rowid is its position
+ * (sq_log_pos), so a stream is one run of the table's rows. The idempotency key has a
+ * unique index per stream, so a repeated key is found before anything is written.
  */
 #include <errno.h>
 
@@ -35,13 +36,13 @@ static int stream_state(sq_conn *c, int64_t stream, uint64_t *next, uint64_t *tr
 /* The first position of `key` in the stream, if any: 1 found, 0 not, <0 error. */
 static int find_key(sq_conn *c, int64_t stream, const uint8_t key[16], uint64_t *offset,
                     qim_shard_epoch *epoch) {
-  sqlite3_stmt *st = sq_prep(c, "SELECT offset, epoch FROM log_records WHERE stream=? AND key=?");
+  sqlite3_stmt *st = sq_prep(c, "SELECT pos, epoch FROM log_records WHERE stream=? AND key=?");
   if (!st) return sq_last_error(c);
   sqlite3_bind_int64(st, 1, stream);
   sq_bind_id16(st, 2, key);
   int rc = sq_step(c, st);
   if (rc == 1) {
-    *offset = sq_col_u64(st, 0);
+    *offset = sq_log_pos_offset(sqlite3_column_int64(st, 0));
     *epoch = (qim_shard_epoch)sq_col_u64(st, 1);
   }
   return rc;
@@ -81,15 +82,16 @@ int sq_log_append_one(sq_conn *c, qim_log_stream stream, const uint8_t key[16],
   }
   rc = next_offset(c, sid, offset);
   if (rc) return rc;
-  /* A dispatch offset is the low 40 bits of every MailboxSeq made from it. */
-  if (stream.kind == QIM_LOG_STREAM_MAILBOX_DISPATCH && *offset > QIM_MAILBOX_OFFSET_MAX)
-    return -EOVERFLOW;
+  /* A dispatch offset is the low 40 bits of every MailboxSeq made from it; every offset
+   * is the low 40 bits of its row (sq_log_pos). */
+  _Static_assert(QIM_MAILBOX_OFFSET_MAX == SQ_LOG_OFFSET_MAX, "a dispatch offset fits its row");
+  if (*offset > SQ_LOG_OFFSET_MAX) return -EOVERFLOW;
   sqlite3_stmt *st = sq_prep(c,
-                             "INSERT INTO log_records(stream, offset, key, epoch, fence, payload)"
+                             "INSERT INTO log_records(pos, stream, key, epoch, fence, payload)"
                              " VALUES(?, ?, ?, ?, ?, ?)");
   if (!st) return sq_last_error(c);
-  sqlite3_bind_int64(st, 1, sid);
-  sq_bind_u64(st, 2, *offset);
+  sqlite3_bind_int64(st, 1, sq_log_pos(sid, *offset));
+  sqlite3_bind_int64(st, 2, sid);
   if (key) sq_bind_id16(st, 3, key);
   sqlite3_bind_int(st, 4, *epoch);
   sqlite3_bind_int(st, 5, fence);
@@ -98,10 +100,10 @@ int sq_log_append_one(sq_conn *c, qim_log_stream stream, const uint8_t key[16],
 }
 
 int sq_log_payload_at(sq_conn *c, qim_log_stream stream, uint64_t offset, qim_bytes *out) {
-  sqlite3_stmt *st = sq_prep(c, "SELECT payload FROM log_records WHERE stream=? AND offset=?");
+  if (offset > SQ_LOG_OFFSET_MAX) return -ENOENT;
+  sqlite3_stmt *st = sq_prep(c, "SELECT payload FROM log_records WHERE pos=?");
   if (!st) return sq_last_error(c);
-  sqlite3_bind_int64(st, 1, sq_stream_id(stream));
-  sq_bind_u64(st, 2, offset);
+  sqlite3_bind_int64(st, 1, sq_log_pos(sq_stream_id(stream), offset));
   int rc = sq_step_row(c, st);
   if (rc) return rc;
   sq_col_bytes(st, 0, out);
@@ -163,7 +165,7 @@ static void read_discard(qim_store_req *base) {
 }
 
 static void read_row(sqlite3_stmt *st, qim_store_log_record *rec) {
-  rec->offset = sq_col_u64(st, 0);
+  rec->offset = sq_log_pos_offset(sqlite3_column_int64(st, 0));
   sq_col_id16(st, 1, rec->key); /* zeros for a fence */
   rec->epoch = (qim_shard_epoch)sq_col_u64(st, 2);
   rec->fence = sqlite3_column_int(st, 3) != 0;
@@ -178,12 +180,13 @@ static int read_exec(sq_conn *c, qim_store_req *base) {
   int rc = stream_state(c, sid, &r->out_end, &r->out_trim);
   if (rc) return rc;
   if (r->from < r->out_trim) return qim_err_raise(QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE);
+  if (r->from > SQ_LOG_OFFSET_MAX) return 0; /* past every offset a record can have */
   sqlite3_stmt *st = sq_prep(c,
-                             "SELECT offset, key, epoch, fence, payload FROM log_records"
-                             " WHERE stream=? AND offset >= ? ORDER BY offset LIMIT ?");
+                             "SELECT pos, key, epoch, fence, payload FROM log_records"
+                             " WHERE pos >= ? AND pos < ? ORDER BY pos LIMIT ?");
   if (!st) return sq_last_error(c);
-  sqlite3_bind_int64(st, 1, sid);
-  sq_bind_u64(st, 2, r->from);
+  sqlite3_bind_int64(st, 1, sq_log_pos(sid, r->from));
+  sqlite3_bind_int64(st, 2, sq_log_pos_end(sid));
   sqlite3_bind_int64(st, 3, r->max);
   size_t cap = 0;
   while ((rc = sq_step(c, st)) == 1) {
@@ -266,10 +269,10 @@ static int trim_exec(sq_conn *c, qim_store_req *base) {
   if (next < limit) limit = next;
   r->out_trim = trim;
   if (limit <= trim) return 0; /* the trim point never moves back */
-  sqlite3_stmt *st = sq_prep(c, "DELETE FROM log_records WHERE stream=? AND offset < ?");
+  sqlite3_stmt *st = sq_prep(c, "DELETE FROM log_records WHERE pos >= ? AND pos < ?");
   if (!st) return sq_last_error(c);
-  sqlite3_bind_int64(st, 1, sid);
-  sq_bind_u64(st, 2, limit);
+  sqlite3_bind_int64(st, 1, sq_log_pos(sid, 0));
+  sqlite3_bind_int64(st, 2, sq_log_pos(sid, limit)); /* limit <= next_offset <= 2^40 */
   if ((rc = sq_run(c, st))) return rc;
   /* A consumed outbox record's body lives on in history (a delete wipes it there and here,
    * noting its own erase), so its trim owes no WAL wipe; a dispatch's trim is retention. */
@@ -296,11 +299,12 @@ static int redact_prepare(const sq_store *st, qim_store_req *base) {
 
 static int redact_exec(sq_conn *c, qim_store_req *base) {
   qim_store_log_redact_req *r = (void *)base;
-  sqlite3_stmt *st = sq_prep(c, "UPDATE log_records SET payload=? WHERE stream=? AND offset=?");
+  if (r->position.offset > SQ_LOG_OFFSET_MAX)
+    return qim_err_raise(QIM_E_COMMIT_LOG_POSITION_UNAVAILABLE);
+  sqlite3_stmt *st = sq_prep(c, "UPDATE log_records SET payload=? WHERE pos=?");
   if (!st) return sq_last_error(c);
   sq_bind_blob(st, 1, r->payload.p, r->payload.n);
-  sqlite3_bind_int64(st, 2, sq_stream_id(r->position.stream));
-  sq_bind_u64(st, 3, r->position.offset);
+  sqlite3_bind_int64(st, 2, sq_log_pos(sq_stream_id(r->position.stream), r->position.offset));
   int rc = sq_run(c, st);
   if (rc) return rc;
   sq_note_erase(c);
@@ -316,21 +320,20 @@ const sq_op sq_op_log_redact = {"log.redact", true, redact_prepare, redact_exec,
  * records (trimmed, never written) and records whose body is already gone are left alone. */
 static int wipe_record(sq_conn *c, int64_t sid, const uint8_t key[16],
                        int (*drop)(const void *p, size_t n, qim_bytes *out)) {
-  sqlite3_stmt *st = sq_prep(c, "SELECT offset, payload FROM log_records WHERE stream=? AND key=?");
+  sqlite3_stmt *st = sq_prep(c, "SELECT pos, payload FROM log_records WHERE stream=? AND key=?");
   if (!st) return sq_last_error(c);
   sqlite3_bind_int64(st, 1, sid);
   sq_bind_id16(st, 2, key);
   int rc = sq_step(c, st);
   if (rc <= 0) return rc;
-  uint64_t offset = sq_col_u64(st, 0);
+  sqlite3_int64 pos = sqlite3_column_int64(st, 0);
   qim_bytes out = {0};
   rc = drop(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), &out);
   if (rc) return rc == QIM_AGAIN ? 0 : rc; /* QIM_AGAIN: nothing to drop */
-  st = sq_prep(c, "UPDATE log_records SET payload=? WHERE stream=? AND offset=?");
+  st = sq_prep(c, "UPDATE log_records SET payload=? WHERE pos=?");
   if (st) {
     sq_bind_blob(st, 1, out.p, out.n);
-    sqlite3_bind_int64(st, 2, sid);
-    sq_bind_u64(st, 3, offset);
+    sqlite3_bind_int64(st, 2, pos);
     rc = sq_run(c, st);
   } else {
     rc = sq_last_error(c);

@@ -124,18 +124,20 @@ static int pin_in_flight(sq_conn *c, prune_set *set) {
 /* Pins from the outbox records the slowest consumer has not passed. 1 = too many to scan. */
 static int pin_unfanned(sq_conn *c, prune_set *set) {
   sqlite3_stmt *st = sq_prep(c,
-                             "SELECT COUNT(*), MIN(r.offset) FROM log_records r"
-                             " WHERE r.stream=0 AND r.offset >= COALESCE("
-                             "(SELECT MIN(offset) FROM log_consumers WHERE stream=0), 0)");
+                             "SELECT COUNT(*), MIN(pos) FROM log_records"
+                             " WHERE pos >= COALESCE("
+                             "(SELECT MIN(offset) FROM log_consumers WHERE stream=0), 0) AND pos < ?");
   if (!st) return sq_last_error(c);
+  sqlite3_bind_int64(st, 1, sq_log_pos_end(0)); /* the outbox's rows are its offsets */
   int rc = sq_step(c, st);
   if (rc < 0) return rc;
   uint64_t count = sq_col_u64(st, 0), from = sq_col_u64(st, 1);
   if (count == 0) return 0;
   if (count > QIM_STORE_PRUNE_SCAN_MAX) return 1;
-  st = sq_prep(c, "SELECT payload FROM log_records WHERE stream=0 AND offset >= ? ORDER BY offset");
+  st = sq_prep(c, "SELECT payload FROM log_records WHERE pos >= ? AND pos < ? ORDER BY pos");
   if (!st) return sq_last_error(c);
   sq_bind_u64(st, 1, from);
+  sqlite3_bind_int64(st, 2, sq_log_pos_end(0));
   while ((rc = sq_step(c, st)) == 1) {
     qim_committed_envelope e;
     const void *p = sqlite3_column_blob(st, 0);

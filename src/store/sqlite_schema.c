@@ -77,7 +77,8 @@ static const char schema_v1[] =
     "CREATE INDEX dellog_conv ON dellog(tenant, conv, delid);"
     "CREATE INDEX dellog_user ON dellog(tenant, conv, for_user, low);"
 
-    /* logs; stream = sq_stream_id(); next_offset starts at 1, trim at 0 */
+    /* logs; stream = sq_stream_id(); next_offset starts at 1, trim at 0 (version 7 gives
+     * log_records a position rowid and drops both (stream, offset) indexes) */
     "CREATE TABLE log_streams(stream INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL,"
     " trim INTEGER NOT NULL);"
     "CREATE TABLE log_records(stream INTEGER NOT NULL, offset INTEGER NOT NULL, key BLOB,"
@@ -166,8 +167,26 @@ static const char schema_v6[] =
     "DROP INDEX mailbox_lane;"
     "CREATE UNIQUE INDEX mailbox_position ON mailbox(shard, lane, mseq, tenant, user, ordinal);";
 
-static const char *const migrations[] = {schema_v1, schema_v2, schema_v3,
-                                         schema_v4, schema_v5, schema_v6};
+/* Version 7: a log record's rowid is its position (sq_log_pos: the stream's slot above
+ * the 40-bit offset), so the (stream, offset) index beside the table goes: every append
+ * wrote an entry into it (two per one-to-one message, outbox and dispatch) and every read
+ * went through it to the row. The consumers' (stream, offset) index goes too: it served
+ * only a trim's minimum over a stream's few consumers, and every consumer update moved
+ * an entry in it. The rows are copied in rowid order, so the new table is written once,
+ * in sequence. */
+static const char schema_v7[] =
+    "CREATE TABLE log_records_v7(pos INTEGER PRIMARY KEY, stream INTEGER NOT NULL, key BLOB,"
+    " epoch INTEGER NOT NULL, fence INTEGER NOT NULL, payload BLOB NOT NULL);"
+    "INSERT INTO log_records_v7 SELECT"
+    " (CASE WHEN stream = 0 THEN 0 ELSE (stream & 4294967295) + 1 END) << 40 | offset,"
+    " stream, key, epoch, fence, payload FROM log_records ORDER BY stream, offset;"
+    "DROP TABLE log_records;"
+    "ALTER TABLE log_records_v7 RENAME TO log_records;"
+    "CREATE UNIQUE INDEX log_records_key ON log_records(stream, key) WHERE key IS NOT NULL;"
+    "DROP INDEX log_consumers_stream;";
+
+static const char *const migrations[] = {schema_v1, schema_v2, schema_v3, schema_v4,
+                                         schema_v5, schema_v6, schema_v7};
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
 static int exec_sql(sq_conn *c, const char *sql) { return sq_exec_logged(c, sql, "store.sqlite.schema"); }
@@ -249,8 +268,14 @@ static int check_shards(sq_conn *c, const qim_shard_config *shards) {
   return 0;
 }
 
+/* A layout this backend can hold: lanes fit a byte, and sq_log_pos packs a dispatch
+ * stream's shard into the bits above its offsets. */
+static int layout_valid(const qim_shard_config *shards) {
+  return shards->lanes_per_shard <= 255 && shards->shard_count <= SQ_LOG_SHARDS_MAX ? 0 : -EINVAL;
+}
+
 int sq_schema_layout(sq_conn *c, qim_shard_config *shards) {
-  if (shards->shard_count && shards->lanes_per_shard) return 0;
+  if (shards->shard_count && shards->lanes_per_shard) return layout_valid(shards);
   int version;
   int rc = sq_pragma_int(c, "user_version", &version);
   int64_t count = -1, lanes = -1;
@@ -261,7 +286,7 @@ int sq_schema_layout(sq_conn *c, qim_shard_config *shards) {
     shards->shard_count = count > 0 ? (uint32_t)count : QIM_STORE_DEFAULT_SHARDS;
   if (!shards->lanes_per_shard)
     shards->lanes_per_shard = lanes > 0 ? (uint32_t)lanes : QIM_STORE_DEFAULT_LANES;
-  return shards->lanes_per_shard <= 255 ? 0 : -EINVAL;
+  return layout_valid(shards);
 }
 
 int sq_schema_migrate(sq_conn *c, const qim_shard_config *shards) {

@@ -552,7 +552,7 @@ static void test_checks_see_a_lost_row_and_an_outbox_gap(void **state) {
   free(out);
   /* The schema is the SQLite backend's (sqlite_schema.c): this control is SQLite-only. */
   expect_checks_see(db_path, url, "DELETE FROM records WHERE seq = 2", "neither row nor reservation");
-  expect_checks_see(db_path, url, "DELETE FROM log_records WHERE offset = (SELECT min(offset) + 1 FROM log_records)",
+  expect_checks_see(db_path, url, "DELETE FROM log_records WHERE pos = (SELECT min(pos) + 1 FROM log_records)",
                     "(a gap)");
   qim_test_rmtree(dir);
 }

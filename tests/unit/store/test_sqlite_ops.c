@@ -70,6 +70,86 @@ static void test_log_offsets_dense_from_one_and_keys_idempotent(void **state) {
   qim_store_log_read_free(&rd);
 }
 
+/* Each stream's records are a run of rows of their own (schema 7's positions): offsets,
+ * reads, keys and trims of the outbox and two shards' dispatch streams never mix, however
+ * their appends interleave. */
+static void test_log_streams_keep_their_own_offsets_reads_and_trims(void **state) {
+  env *e = *state;
+  qim_log_stream streams[3] = {{QIM_LOG_STREAM_OUTBOX, 0},
+                               {QIM_LOG_STREAM_MAILBOX_DISPATCH, 0},
+                               {QIM_LOG_STREAM_MAILBOX_DISPATCH, 3}};
+  char payload[8];
+  for (int i = 0; i < 4; i++)
+    for (int k = 0; k < 3; k++) {
+      qim_store_log_append a;
+      snprintf(payload, sizeof payload, "%d/%d", k, i + 1);
+      assert_int_equal(log_append1(e->s, streams[k], (uint8_t)(16 * k + i + 1), payload, &a), 0);
+      assert_int_equal(a.out_position.offset, (uint64_t)i + 1);
+    }
+  qim_store_log_append a; /* a key is per stream: shard 3's first key is new on shard 0 */
+  assert_int_equal(log_append1(e->s, streams[1], 33, "1/5", &a), 0);
+  assert_false(a.out_existed);
+  assert_int_equal(a.out_position.offset, 5);
+  assert_int_equal(log_append1(e->s, streams[2], 33, "again", &a), 0);
+  assert_true(a.out_existed);
+  assert_int_equal(a.out_position.offset, 1);
+
+  qim_store_log_trim_req tr = {0};
+  tr.stream = streams[1];
+  tr.below = 3;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.trim, &tr), 0);
+  assert_int_equal(tr.out_trim, 3);
+  size_t expect_count[3] = {4, 3, 4};
+  uint64_t expect_first[3] = {1, 3, 1};
+  for (int k = 0; k < 3; k++) {
+    qim_store_log_read_req rd = {0};
+    rd.stream = streams[k];
+    rd.from = expect_first[k];
+    rd.max = 10;
+    assert_int_equal(QIM_STORE_SYNC(e->s, logs.read, &rd), 0);
+    assert_int_equal(rd.out_count, expect_count[k]);
+    for (size_t j = 0; j < rd.out_count; j++) {
+      snprintf(payload, sizeof payload, "%d/%d", k, (int)(expect_first[k] + j));
+      assert_int_equal(rd.out_records[j].offset, expect_first[k] + j);
+      assert_int_equal(rd.out_records[j].payload.n, strlen(payload));
+      assert_memory_equal(rd.out_records[j].payload.p, payload, strlen(payload));
+    }
+    qim_store_log_read_free(&rd);
+  }
+}
+
+static void raw_sql(const char *dir, const char *sql);
+
+/* An offset is the low 40 bits of its record's row: the last one a stream can hold reads
+ * back as its own, and the next append fails instead of running into the next stream. */
+static void test_log_offsets_stop_below_2_40_and_never_reach_the_next_stream(void **state) {
+  env *e = *state;
+  qim_log_stream outbox = {QIM_LOG_STREAM_OUTBOX, 0}, shard0 = {QIM_LOG_STREAM_MAILBOX_DISPATCH, 0};
+  qim_store_log_append a;
+  assert_int_equal(log_append1(e->s, shard0, 1, "first of shard 0", &a), 0);
+  qim_store_close(e->s);
+  raw_sql(e->dir, "INSERT INTO log_streams VALUES(0, 1099511627775, 0);");
+  qim_store_options o = fx_options();
+  e->s = fx_open(e->dir, NULL, &o);
+  assert_int_equal(log_append1(e->s, outbox, 1, "last", &a), 0);
+  assert_int_equal(a.out_position.offset, UINT64_C(1099511627775));
+  assert_int_equal(log_append1(e->s, outbox, 2, "past", &a), QIM_E_COMMIT_LOG_UNAVAILABLE);
+  qim_store_log_read_req rd = {0};
+  rd.stream = outbox;
+  rd.max = 10;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.read, &rd), 0);
+  assert_int_equal(rd.out_count, 1);
+  assert_memory_equal(rd.out_records[0].payload.p, "last", 4);
+  qim_store_log_read_free(&rd);
+  rd = (qim_store_log_read_req){0};
+  rd.stream = shard0;
+  rd.max = 10;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.read, &rd), 0);
+  assert_int_equal(rd.out_count, 1);
+  assert_memory_equal(rd.out_records[0].payload.p, "first of shard 0", 16);
+  qim_store_log_read_free(&rd);
+}
+
 static void test_log_trim_respects_consumer_and_protect(void **state) {
   env *e = *state;
   qim_log_stream outbox = {QIM_LOG_STREAM_OUTBOX, 0};
@@ -474,6 +554,18 @@ static int64_t raw_int(const char *dir, const char *sql) {
   return v;
 }
 
+/* What schema 7 changed, undone: log records are rows with an (stream, offset) index beside
+ * them, and consumers have a (stream, offset) index. */
+#define SCHEMA_7_UNDONE                                                                     \
+  "CREATE TABLE log_records_v6(stream INTEGER NOT NULL, offset INTEGER NOT NULL, key BLOB,"  \
+  " epoch INTEGER NOT NULL, fence INTEGER NOT NULL, payload BLOB NOT NULL);"                 \
+  "INSERT INTO log_records_v6 SELECT stream, pos & 1099511627775, key, epoch, fence, payload" \
+  " FROM log_records;"                                                                       \
+  "DROP TABLE log_records; ALTER TABLE log_records_v6 RENAME TO log_records;"                \
+  "CREATE UNIQUE INDEX log_records_pos ON log_records(stream, offset);"                      \
+  "CREATE UNIQUE INDEX log_records_key ON log_records(stream, key) WHERE key IS NOT NULL;"   \
+  "CREATE INDEX log_consumers_stream ON log_consumers(stream, offset);"
+
 /* What schema 6 changed, undone: entries are indexed per user as they are written. */
 #define SCHEMA_6_UNDONE                                                                     \
   "DROP TABLE mailbox_index; ALTER TABLE lane_watermarks DROP COLUMN settled;"             \
@@ -504,7 +596,8 @@ static void test_schema_3_store_keeps_its_applied_chunks_after_upgrade(void **st
       " PRIMARY KEY(dispatch_id, lane, chunk)) WITHOUT ROWID;"
       "CREATE INDEX dispatch_chunks_lane ON dispatch_chunks(shard, lane, mseq);"
       "INSERT INTO dispatch_chunks SELECT dispatch_id, lane, 0, shard, mseq FROM dispatch_progress;"
-      "ALTER TABLE dispatch_progress DROP COLUMN applied;" SCHEMA_6_UNDONE SCHEMA_5_UNDONE
+      "ALTER TABLE dispatch_progress DROP COLUMN applied;" SCHEMA_7_UNDONE SCHEMA_6_UNDONE
+      SCHEMA_5_UNDONE
       "PRAGMA user_version=3;");
   qim_store_options o = fx_options();
   e->s = fx_open(e->dir, NULL, &o);
@@ -541,7 +634,7 @@ static void test_schema_4_store_wipes_its_inline_mailbox_copies_after_upgrade(vo
   take_shard(e->s, m.b.shard); /* epoch 1 */
   assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
   qim_store_close(e->s);
-  raw_sql(e->dir, SCHEMA_6_UNDONE SCHEMA_5_UNDONE "PRAGMA user_version=4;");
+  raw_sql(e->dir, SCHEMA_7_UNDONE SCHEMA_6_UNDONE SCHEMA_5_UNDONE "PRAGMA user_version=4;");
   qim_store_options o = fx_options();
   e->s = fx_open(e->dir, NULL, &o);
 
@@ -664,7 +757,7 @@ static void test_schema_5_store_settles_its_entries_on_upgrade(void **state) {
   mbatch_init(&m, 1, 3, 2, 0, true, 1);
   assert_int_equal(QIM_STORE_SYNC(e->s, mailboxes.append, &m.r), 0);
   qim_store_close(e->s);
-  raw_sql(e->dir, "DELETE FROM mailbox_index;" SCHEMA_6_UNDONE "PRAGMA user_version=5;");
+  raw_sql(e->dir, "DELETE FROM mailbox_index;" SCHEMA_7_UNDONE SCHEMA_6_UNDONE "PRAGMA user_version=5;");
   qim_store_options o = fx_options();
   e->s = fx_open(e->dir, NULL, &o);
   assert_int_equal(raw_int(e->dir, "SELECT count(*) FROM mailbox_index"), 3);
@@ -674,11 +767,73 @@ static void test_schema_5_store_settles_its_entries_on_upgrade(void **state) {
   assert_int_equal(seqs[4], qim_mailbox_seq_make(1, 3));
 }
 
+/* Schema 7 moves every log record to the row of its position: a store written by schema 6
+ * reads back the same records of each stream, finds its keys where they were, appends at
+ * its next offsets and keeps its consumers; the two (stream, offset) indexes are gone. */
+static void test_schema_6_store_keeps_its_log_records_after_upgrade(void **state) {
+  env *e = *state;
+  qim_log_stream outbox = {QIM_LOG_STREAM_OUTBOX, 0}, dispatch = {QIM_LOG_STREAM_MAILBOX_DISPATCH, 2};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(log_append1(e->s, outbox, (uint8_t)(i + 1), "out", NULL), 0);
+    assert_int_equal(log_append1(e->s, dispatch, (uint8_t)(i + 1), "dis", NULL), 0);
+  }
+  qim_store_log_consumer_set_req cs = {0};
+  cs.consumer = "fanout";
+  cs.stream = outbox;
+  cs.offset = 2;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.consumer_set, &cs), 0);
+  qim_store_close(e->s);
+  raw_sql(e->dir, SCHEMA_7_UNDONE "PRAGMA user_version=6;");
+  assert_int_equal(raw_int(e->dir, "SELECT count(*) FROM log_records WHERE offset = 3"), 2);
+  qim_store_options o = fx_options();
+  e->s = fx_open(e->dir, NULL, &o);
+  assert_int_equal(raw_int(e->dir, "SELECT count(*) FROM sqlite_master WHERE name IN"
+                                   " ('log_records_pos', 'log_consumers_stream')"),
+                   0);
+
+  qim_store_log_append a;
+  assert_int_equal(log_append1(e->s, dispatch, 2, "again", &a), 0);
+  assert_true(a.out_existed);
+  assert_int_equal(a.out_position.offset, 2);
+  assert_int_equal(log_append1(e->s, dispatch, 9, "dis", &a), 0);
+  assert_false(a.out_existed);
+  assert_int_equal(a.out_position.offset, 4);
+  qim_store_log_read_req rd = {0};
+  rd.stream = dispatch;
+  rd.max = 10;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.read, &rd), 0);
+  assert_int_equal(rd.out_count, 4);
+  for (size_t j = 0; j < 4; j++) {
+    assert_int_equal(rd.out_records[j].offset, j + 1);
+    assert_memory_equal(rd.out_records[j].payload.p, "dis", 3);
+  }
+  qim_store_log_read_free(&rd);
+  qim_store_log_trim_req tr = {0}; /* the consumer stored before the upgrade still holds */
+  tr.stream = outbox;
+  tr.below = 4;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.trim, &tr), 0);
+  assert_int_equal(tr.out_trim, 2);
+  rd = (qim_store_log_read_req){0};
+  rd.stream = outbox;
+  rd.from = 2;
+  rd.max = 10;
+  assert_int_equal(QIM_STORE_SYNC(e->s, logs.read, &rd), 0);
+  assert_int_equal(rd.out_count, 2);
+  assert_memory_equal(rd.out_records[1].payload.p, "out", 3);
+  qim_store_log_read_free(&rd);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_log_offsets_dense_from_one_and_keys_idempotent, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_log_streams_keep_their_own_offsets_reads_and_trims, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_log_offsets_stop_below_2_40_and_never_reach_the_next_stream,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_log_trim_respects_consumer_and_protect, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_schema_6_store_keeps_its_log_records_after_upgrade, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_takeover_bumps_epoch_fences_and_stamps_dispatch, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_reserve_fresh_existing_committed_and_reused, setup,
