@@ -172,8 +172,8 @@ static const char schema_v6[] =
  * wrote an entry into it (two per one-to-one message, outbox and dispatch) and every read
  * went through it to the row. The consumers' (stream, offset) index goes too: it served
  * only a trim's minimum over a stream's few consumers, and every consumer update moved
- * an entry in it. The rows are copied in rowid order, so the new table is written once,
- * in sequence. */
+ * an entry in it. The rows are copied in position order, so the new table is written
+ * once, in sequence. */
 static const char schema_v7[] =
     "CREATE TABLE log_records_v7(pos INTEGER PRIMARY KEY, stream INTEGER NOT NULL, key BLOB,"
     " epoch INTEGER NOT NULL, fence INTEGER NOT NULL, payload BLOB NOT NULL);"
