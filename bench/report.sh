@@ -82,6 +82,9 @@ echo "| Commit path sends/s (p99 $(get commit p99_ms) ms) | $(num "$commit") |"
 echo "| Disk: 300-byte appends/s, fdatasync per 1,000 (fdatasync p50 $(get disk sync_p50_ms) ms, p99 $(get disk sync_p99_ms) ms) | $(num "$disk") |"
 echo "| Disk: appends/s with one fdatasync each | $(num "$(get disk single_appends_per_s)") |"
 echo "| Disk: write bandwidth, MB/s (1 MiB writes, fdatasync per 64 MiB; what large groups run into, section 3) | $(num "$disk_bw") |"
+if [ -n "$(get disk wal_syncs)" ]; then
+  echo "| Disk: WAL pattern, $(get disk wal_mb_per_s) MB/s of 4 KiB pages, a sync per ms: sync p99 / slowest, ms (syncs over 50 ms; section 2) | $(get disk wal_sync_p99_ms) / $(get disk wal_sync_max_ms) ($(get disk wal_syncs_over_50ms)) |"
+fi
 echo
 command_line commit
 command_line disk
@@ -127,6 +130,14 @@ if [ -n "$(get p2pmem-max max_rate)" ]; then
   echo "**$(num "$(get p2pmem-max max_rate)") msgs/s**, against $(num "$p2p_search") with the store on the disk."
   echo
   search_steps p2pmem
+fi
+if [ -n "$(get disk wal_syncs)" ]; then
+  echo "The disk's own sync stalls in this run, with no qimd: $(get disk wal_mb_per_s) MB/s of 4 KiB pages"
+  echo "with an fdatasync after each millisecond of them, as a WAL's group commits write, for"
+  echo "$(get disk wal_seconds) s (\`$(cmd disk)\`): sync p99 $(get disk wal_sync_p99_ms) ms, slowest"
+  echo "$(get disk wal_sync_max_ms) ms, $(get disk wal_syncs_over_50ms) of $(num "$(get disk wal_syncs)") syncs over 50 ms. A durable ack waits for at least one"
+  echo "such sync, so one stall near 100 ms in a step delays over 1 % of its messages past 50 ms."
+  echo
 fi
 echo "Baseline: $(num "$echo_fps") frames/s from \`$(cmd echo)\` against bench/ws_echo.c (round trip p99 $(get echo rtt_p99_ms) ms)."
 echo

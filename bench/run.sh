@@ -42,12 +42,12 @@ want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 if [ $QUICK = 1 ]; then
   SECS=1; P2P_SECS=1; WARM=0.5; CURVE_SECS=1; SEARCH_STEPS=1; ACCOUNTS=40; P2P_USERS=20; P2P_START=100
   G_SMALL=10; G_LARGE=20; G_SENDERS=2; IDLE_CONNS=200; IDLE_HOLD=2; SOCK_CONNS=1000
-  COMMIT_ARGS="--messages 200"; DISK_SECS=1; HISTORY_ARGS="--messages 20000 --iterations 200"
+  COMMIT_ARGS="--messages 200"; DISK_SECS=1; WAL_SECS=1; HISTORY_ARGS="--messages 20000 --iterations 200"
   HISTORY_MESSAGES=20000
 else
   SECS=5; P2P_SECS=10; WARM=1; CURVE_SECS=10; SEARCH_STEPS=4; ACCOUNTS=1000; P2P_USERS=1000; P2P_START=500
   G_SMALL=100; G_LARGE=1000; G_SENDERS=10; IDLE_CONNS=15000; IDLE_HOLD=10; SOCK_CONNS=5000
-  COMMIT_ARGS=""; DISK_SECS=3; HISTORY_ARGS=""
+  COMMIT_ARGS=""; DISK_SECS=3; WAL_SECS=10; HISTORY_ARGS=""
   HISTORY_MESSAGES=1000000
 fi
 P99_LIMIT_MS=50      # one-to-one: the highest rate whose p99 stays within this
@@ -109,7 +109,7 @@ field() { echo "$2" | tr ' \t' '\n' | sed -n "s/^$1=//p" | head -1; }
 last_result() { grep "^$1	" "$RESULTS" | tail -1 | cut -f3; }
 
 # ---- 1. disk ceiling and durable commits ------------------------------------------------------
-want disk && record disk "$BB/qim-bench-disk_ceiling" "$WORK" --seconds $DISK_SECS
+want disk && record disk "$BB/qim-bench-disk_ceiling" "$WORK" --seconds $DISK_SECS --wal-seconds $WAL_SECS
 if want commit && [ -x "$BB/qim-bench-commit" ]; then
   out=$WORK/commit.out
   log "commit: qim-bench-commit $COMMIT_ARGS"
