@@ -136,7 +136,7 @@ if [ -n "$(get disk wal_syncs)" ]; then
   echo "with an fdatasync after each millisecond of them, as a WAL's group commits write, for"
   echo "$(get disk wal_seconds) s (\`$(cmd disk)\`): sync p99 $(get disk wal_sync_p99_ms) ms, slowest"
   echo "$(get disk wal_sync_max_ms) ms, $(get disk wal_syncs_over_50ms) of $(num "$(get disk wal_syncs)") syncs over 50 ms. A durable ack waits for at least one"
-  echo "such sync, so one stall near 100 ms in a step delays over 1 % of its messages past 50 ms."
+  echo "such sync, so one stall of ~150 ms delays 1 % of a 10-s step's messages past 50 ms."
   echo
 fi
 echo "Baseline: $(num "$echo_fps") frames/s from \`$(cmd echo)\` against bench/ws_echo.c (round trip p99 $(get echo rtt_p99_ms) ms)."
