@@ -191,12 +191,12 @@ int qim__mb_flight_submit(mb_flight *f, qim_store_mailbox_append_req *r) {
   qim_mailbox *m = l->sh->m;
   int rc;
   atomic_fetch_add(&m->settle_out, 1);
+  r->req.cq = m->settle_cq;
+  r->req.done = flight_done;
+  r->req.data = f;
+  r->req.committed = flight_committed;
+  r->req.committed_ctx = f;
   for (;;) {
-    r->req.cq = m->settle_cq;
-    r->req.done = flight_done;
-    r->req.data = f;
-    r->req.committed = flight_committed;
-    r->req.committed_ctx = f;
     r->req.status = 0;
     r->req.error = (qim_error){0};
     rc = m->store->vt->mailboxes.append(m->store, r);
