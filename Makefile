@@ -1,6 +1,8 @@
 # qim — top-level commands. The README's quick start is `make run` and `make test`.
 #   make run     install Debian packages if missing, build, start qimd on 127.0.0.1:6060 (data in ./var)
 #   make test    install, build with gcc and run every test; then the clang ASan+UBSan build, same tests
+#   make release-check  the release gate on the last `make test`'s evidence (docs/release.md;
+#                BRANCH=main|store-redis|store-scylla, MAIN_REF=main)
 #   make build   gcc build only (./build)         make san   clang sanitizer build only (./build-san)
 #   make bench-store   the storage benchmark (durable message commits/s, group commit vs one
 #                message at a time); BENCH_DIR must be on a real disk (default /tmp), never tmpfs
@@ -23,7 +25,7 @@ JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: deps build san run test test-gcc test-san fuzz-long crash-long clean bench bench-store bench-commit bench-fanout bench-history bench-peers
+.PHONY: deps build san run test test-gcc test-san release-check fuzz-long crash-long clean bench bench-store bench-commit bench-fanout bench-history bench-peers
 BENCH_DIR ?= /tmp
 BENCH_SECONDS ?= 3
 BENCH_MESSAGES ?= 200
@@ -45,15 +47,25 @@ run: build
 
 test-gcc: build
 	@rm -rf build/errlog && mkdir -p build/errlog
-	cd build && ctest $(CTEST_FLAGS)
+	@scripts/test-evidence.sh build
+	cd build && ctest $(CTEST_FLAGS) --output-junit junit.xml
 
 test-san: san
 	@rm -rf build-san/errlog && mkdir -p build-san/errlog
-	cd build-san && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS)
+	@scripts/test-evidence.sh build-san
+	cd build-san && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS) --output-junit junit.xml
 
 # Both builds always run, so one failure does not hide the other's results.
 test: deps
 	@status=0; $(MAKE) test-gcc || status=1; $(MAKE) test-san || status=1; exit $$status
+
+# The release gate (docs/release.md) on the evidence the last `make test` left in both
+# builds: refuses a dirty tree, a commit that does not contain MAIN_REF, and any suite
+# BRANCH requires that is missing, failed or skipped.
+BRANCH ?= main
+MAIN_REF ?= main
+release-check: build
+	./build/tools/qim-release --branch $(BRANCH) --main $(MAIN_REF) gcc=build san=build-san
 
 bench: build
 	BENCH_DIR=$(BENCH_DIR) bench/run.sh $(BENCH_ARGS)

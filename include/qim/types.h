@@ -554,6 +554,8 @@ typedef struct qim_verification_evidence {
   char *suite;
   bool passed;
   uint64_t elapsed_ms;
+  uint32_t tests;   /* qim extension: how many tests the suite has */
+  uint32_t skipped; /* qim extension: how many of them did not run (ctest "notrun", "disabled") */
 } qim_verification_evidence;
 
 typedef struct qim_release_decision {
