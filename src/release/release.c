@@ -75,7 +75,7 @@ typedef struct test_result {
  * false when the tag has no such attribute or the value does not fit. */
 static bool tag_attr(const char *tag, const char *end, const char *attr, char *out, size_t cap) {
   size_t an = strlen(attr);
-  for (const char *p = tag; p + an + 2 < end; p++) {
+  for (const char *p = tag + 1; p + an + 2 < end; p++) { /* tag[0] is its '<' */
     if (p[-1] != ' ' && p[-1] != '\t' && p[-1] != '\n') continue;
     if (memcmp(p, attr, an) || p[an] != '=' || p[an + 1] != '"') continue;
     const char *v = p + an + 2, *q = memchr(v, '"', (size_t)(end - v));
@@ -123,7 +123,8 @@ static int junit_parse(const char *xml, size_t len, test_result **out, size_t *n
   const char *p = xml, *end = xml + len;
   *out = NULL;
   *n = 0;
-  if (!find(p, end, "<testsuite")) return -EINVAL;
+  const char *suite = find(p, end, "<testsuite");
+  if (!suite || find(p, suite, "<testcase")) return -EINVAL; /* cases belong inside it */
   size_t cap = 0;
   while ((p = find(p, end, "<testcase"))) {
     if (p + 9 < end && p[9] != ' ' && p[9] != '\t' && p[9] != '\n') {

@@ -132,6 +132,7 @@ static void test_malformed_inputs_are_einval_and_add_nothing(void **state) {
       "<testsuite><testcase name=\"x\" time=\"-1\" status=\"run\"/></testsuite>",
       "<testsuite><testcase name=\"x\" time=\"1s\" status=\"run\"/></testsuite>",
       "<testsuite><testcase time=\"1\" status=\"run\"/></testsuite>", /* no name */
+      "<testcase name=\"x\" time=\"1\" status=\"run\"/><testsuite>",   /* a case first */
   };
   for (size_t i = 0; i < sizeof bad_junit / sizeof bad_junit[0]; i++)
     assert_int_equal(qim_release_evidence_add(&d, "gcc", bad_junit[i], strlen(bad_junit[i]), labels,
