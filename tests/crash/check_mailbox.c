@@ -2,6 +2,7 @@
  * check_mailbox.c — the store side of the crash-under-load test (crash_load.js). After qimd
  * stopped, it opens the store read-only in effect (only read calls) and checks the facts the
  * driver collected through the WebSocket against the conversations and mailboxes:
+ * Conversations are groups and one-to-one topics alike (the facts' `conv` lines).
  *   - every acknowledged (topic, seq, cmid) is in history with that cmid, and one cmid never
  *     got two seqs; no cmid is stored twice in history;
  *   - each conversation's seqs are unique and gap-free: every seq from the first message to
@@ -34,7 +35,7 @@
 #define MAX_MEMBERS 64
 
 typedef struct conv {
-  char name[QIM_TOPIC_NAME_CAP];
+  char name[64]; /* a topic name, or p2p-USR-USR */
   qim_conversation_id id;
   int members[MAX_MEMBERS];
   int n_members;
@@ -130,17 +131,23 @@ static int add_user(const char *name) {
   return 0;
 }
 
+/* "conv NAME MEMBER...": NAME is a group's grp… name, or p2p-USR-USR for the one-to-one
+ * conversation of its two members (derived from them, as qimd does: ids.h). */
 static int add_conv(char *rest) {
   if (W.n_convs == MAX_CONVS) return -1;
   conv *c = &W.convs[W.n_convs];
   char *tok = strtok(rest, " \n");
-  if (!tok || qim_u128_name_parse("grp", tok, strlen(tok), &c->id.v)) return -1;
+  bool direct = tok && !strncmp(tok, "p2p-", 4);
+  if (!tok || (!direct && qim_u128_name_parse("grp", tok, strlen(tok), &c->id.v))) return -1;
   snprintf(c->name, sizeof c->name, "%s", tok);
   while ((tok = strtok(NULL, " \n"))) {
     int u = user_index(tok);
     if (u < 0 || c->n_members == MAX_MEMBERS) return -1;
     c->members[c->n_members++] = u;
   }
+  if (direct && c->n_members != 2) return -1;
+  if (direct)
+    c->id = qim_conversation_id_direct(W.tenant, W.user_ids[c->members[0]], W.user_ids[c->members[1]]);
   W.n_convs++;
   return 0;
 }

@@ -1,5 +1,5 @@
 // crash_load.js — crash consistency under load (issue 12). Clients publish with client
-// message ids into 2-member groups (standing in for one-to-one topics) and bigger groups,
+// message ids into one-to-one topics (`usr…`, each side naming the other) and groups,
 // each keeping a window of unacknowledged {pub}s in flight, while qimd is killed with
 // SIGKILL at random moments — each kill only once at least --min-inflight sends are
 // unacknowledged — and restarted on the same data directory. Clients reconnect (token
@@ -9,6 +9,8 @@
 // topic's history with `get data` and the members' read/recv from `me`, stops qimd cleanly
 // and runs the store checker (check_mailbox.c) on the facts it wrote:
 //   user U / conv T U... / ack T SEQ CMID SENDER / hist T SEQ CMID / rr U T READ RECV PHASE
+// where T is a group's `grp…` name, or `p2p-USR-USR` (the two users in sorted order) for a
+// one-to-one conversation, whose wire name differs on each side.
 // The checker verifies what needs the mailboxes; this file verifies the acks (one seq per
 // cmid, stable across retries) and the history it read.
 //
@@ -67,6 +69,7 @@ class Client {
     this.login = login;
     this.window = window;
     this.topics = [];
+    this.factName = new Map(); // topic as this client names it → its name in the facts
     this.pending = [];
     this.inflight = new Map(); // request id → send
     this.reqs = new Map(); // request id → resolve(ctrl) for setup requests
@@ -150,7 +153,7 @@ class Client {
       if (s.seq !== undefined && s.seq !== ctrl.params.seq)
         this.errors.push(`cmid ${s.cmid} acknowledged with seq ${s.seq} and again with ${ctrl.params.seq}`);
       s.seq = ctrl.params.seq;
-      facts.push(`ack ${s.topic} ${s.seq} ${s.cmid} ${this.uid}`);
+      facts.push(`ack ${this.factName.get(s.topic)} ${s.seq} ${s.cmid} ${this.uid}`);
       this.acked++;
       // Now and then a read receipt for what was just acknowledged (forward-only).
       if (this.acked % 16 === 0 && s.seq > (this.rr.get(s.topic) || 0)) {
@@ -203,7 +206,8 @@ class Client {
     await this.must('sub', { topic: 'me' }, [200]);
     const r = await this.must('get', { topic: 'me', what: 'sub' }, [200, 204]);
     for (const sub of (r.meta && r.meta.sub) || []) {
-      if (this.topics.includes(sub.topic)) facts.push(`rr ${this.uid} ${sub.topic} ${sub.read || 0} ${sub.recv || 0} ${phase}`);
+      if (this.topics.includes(sub.topic))
+        facts.push(`rr ${this.uid} ${this.factName.get(sub.topic)} ${sub.read || 0} ${sub.recv || 0} ${phase}`);
     }
     await this.must('leave', { topic: 'me' }, [200]);
   }
@@ -220,20 +224,28 @@ async function setup(o, clients, port) {
     c.token = ctrl.params.token;
     facts.push(`user ${c.uid}`);
   }
-  // Pairs (2-member groups) and two bigger groups: the first half, and everyone.
-  const sets = [];
-  for (let i = 0; i < clients.length; i += 2) sets.push([clients[i], clients[i + 1]]);
-  sets.push(clients.slice(0, clients.length / 2));
-  sets.push(clients.slice());
+  // One-to-one pairs (the first {sub} of a pair creates its conversation), and two groups:
+  // the first half, and everyone. `topics` maps each member to its own name of the topic.
   const groups = [];
-  for (const members of sets) {
+  for (let i = 0; i < clients.length; i += 2) {
+    const members = [clients[i], clients[i + 1]];
+    const topics = new Map(members.map((m, k) => [m, members[1 - k].uid]));
+    const name = `p2p-${members.map((m) => m.uid).sort().join('-')}`;
+    for (const m of members) await m.must('sub', { topic: topics.get(m) }, [200]);
+    groups.push({ name, members, topics });
+  }
+  for (const members of [clients.slice(0, clients.length / 2), clients.slice()]) {
     const owner = members[0];
     const ctrl = await owner.must('sub', { topic: `new${owner.nextId}`, set: { desc: { public: { fn: 'crash' } } } }, [200]);
-    const topic = ctrl.topic;
-    for (const m of members.slice(1)) await m.must('sub', { topic }, [200]);
-    for (const m of members) m.topics.push(topic);
-    facts.push(`conv ${topic} ${members.map((m) => m.uid).join(' ')}`);
-    groups.push({ topic, members });
+    for (const m of members.slice(1)) await m.must('sub', { topic: ctrl.topic }, [200]);
+    groups.push({ name: ctrl.topic, members, topics: new Map(members.map((m) => [m, ctrl.topic])) });
+  }
+  for (const { name, members, topics } of groups) {
+    for (const m of members) {
+      m.topics.push(topics.get(m));
+      m.factName.set(topics.get(m), name);
+    }
+    facts.push(`conv ${name} ${members.map((m) => m.uid).join(' ')}`);
   }
   for (const c of clients) {
     c.ws.terminate();
@@ -298,20 +310,22 @@ async function finalPhase(o, q, clients, groups) {
   await connectAll(clients, q.port, 'final');
   await waitFor(() => clients.every((c) => !c.pending.length && !c.inflight.size), 60000, 'every send acknowledged');
   // Sentinels: every member must receive it live, so its mailbox lane is complete up to it.
-  for (const { topic, members } of groups) {
+  for (const { name, members, topics } of groups) {
     const cmid = crypto.randomBytes(16).toString('base64url');
-    const ctrl = await members[0].must('pub', { topic, cmid, content: `crash ${cmid}` }, [202]);
-    facts.push(`ack ${topic} ${ctrl.params.seq} ${cmid} ${members[0].uid}`);
-    await waitFor(() => members.every((m) => m.live.get(topic) && m.live.get(topic).has(ctrl.params.seq)), 30000, `the sentinel of ${topic} reaching every member`);
+    const ctrl = await members[0].must('pub', { topic: topics.get(members[0]), cmid, content: `crash ${cmid}` }, [202]);
+    facts.push(`ack ${name} ${ctrl.params.seq} ${cmid} ${members[0].uid}`);
+    const got = (m) => m.live.get(topics.get(m)) && m.live.get(topics.get(m)).has(ctrl.params.seq);
+    await waitFor(() => members.every(got), 30000, `the sentinel of ${name} reaching every member`);
   }
   const seen = new Set();
-  for (const { topic, members } of groups) {
-    const rows = await history(members[members.length - 1], topic);
+  for (const { name, members, topics } of groups) {
+    const reader = members[members.length - 1];
+    const rows = await history(reader, topics.get(reader));
     for (const d of rows) {
       const cmid = typeof d.content === 'string' && d.content.startsWith('crash ') ? d.content.slice(6) : '-';
-      facts.push(`hist ${topic} ${d.seq} ${cmid}`);
-      const key = `${topic} ${d.seq}`;
-      assert.ok(!seen.has(key), `history of ${topic} lists seq ${d.seq} twice`);
+      facts.push(`hist ${name} ${d.seq} ${cmid}`);
+      const key = `${name} ${d.seq}`;
+      assert.ok(!seen.has(key), `history of ${name} lists seq ${d.seq} twice`);
       seen.add(key);
     }
   }
