@@ -5,7 +5,6 @@
  * reopen, and LocalStoreFailure through qim_client_open when the file is no database.
  */
 #include <fcntl.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,19 +27,11 @@ static qim__client_entry msg(qim_event_id id, const char *topic, uint64_t seq, c
       .event_id = id, .topic = topic, .type = "message", .from = from, .seq = seq, .json = "{}"};
 }
 
-/* The number of rows `sql` counts, read straight from the database file. */
+/* The number `sql` counts, read straight from the database file under `dir`. */
 static int count_rows(const char *dir, const char *sql) {
   char path[512];
   snprintf(path, sizeof path, "%s/qimclient.db", dir);
-  sqlite3 *db = NULL;
-  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-  sqlite3_stmt *st = NULL;
-  assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-  assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-  int n = sqlite3_column_int(st, 0);
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return n;
+  return (int)qim_test_sqlite_int(path, sql);
 }
 
 static void test_page_repeated_entry_is_stored_once_and_not_inserted_again(void **state) {
