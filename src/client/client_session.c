@@ -457,7 +457,7 @@ static void on_pub_ack(qim_client *c, const char *cmid_text, const char *topic, 
 static void on_joined(qim_client *c, const char *id, const char *topic, int code) {
   const char *asked = id + 2;
   list_del(c->joining, &c->joining_n, asked);
-  if (code >= 300) {
+  if (code >= 300 && code != 304) { /* 304: already joined, as good as joined */
     int rc = qim_err_raise(code_of_reply(code));
     qim__client_emit_failed(c, rc);
     /* Sends to a topic this user may not join can never be delivered (docs/client.md). */
@@ -499,7 +499,7 @@ static void on_ctrl(qim_client *c, json_t *ctrl) {
   } else if (strcmp(id, "lg") == 0) {
     on_login(c, code, params);
   } else if (strcmp(id, "me") == 0) {
-    if (code >= 300)
+    if (code >= 300 && code != 304)
       fail(c, qim_err_raise(code_of_reply(code)), true);
     else
       start_sync(c);
