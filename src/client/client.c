@@ -217,7 +217,6 @@ void qim_client_close(qim_client *c) {
   qim__client_store_close(c->store);
   pthread_mutex_destroy(&c->mu);
   qim_free(c->token);
-  qim_free(c->rebuild_cursor);
   qim_free(c->waits);
   qim_free(c);
 }

@@ -93,9 +93,6 @@ typedef struct qim__client_wait {
   uint64_t deadline_ms;
 } qim__client_wait;
 
-/* A topic-bound job waiting for the topic to be joined on this connection. */
-typedef enum { QIM__JOB_PUB, QIM__JOB_MEMBERS, QIM__JOB_SESSIONS } qim__client_job;
-
 typedef struct qim__client_conn qim__client_conn;
 
 struct qim_client {
@@ -137,7 +134,7 @@ struct qim_client {
   size_t wait_n, wait_cap;
   unsigned next_id;
   bool syncing, sync_more, sync_dirty, rebuilding;
-  char *rebuild_cursor; /* the fresh cursor a 410 carried */
+  bool sync_had_cursor; /* the {sync} in flight carried a cursor */
   char **joined;        /* topics joined on this connection */
   size_t joined_n;
   char **joining;

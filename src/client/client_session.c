@@ -176,6 +176,7 @@ static void start_sync(qim_client *c) {
   json_t *body = json_pack("{s:s}", "id", "sy");
   if (cursor) json_object_set_new(body, "cursor", json_string(cursor));
   if (c->cfg.sync_limit) json_object_set_new(body, "limit", json_integer(c->cfg.sync_limit));
+  c->sync_had_cursor = cursor != NULL;
   qim_free(cursor);
   c->syncing = true;
   request(c, "sy", json_pack("{s:o}", "sync", body));
@@ -293,7 +294,8 @@ static void on_sync_error(qim_client *c, int code, const char *text, json_t *par
   c->syncing = false;
   if (code == 410) {
     rebuild(c, params);
-  } else if (code == 400 && strcmp(text, "cursor invalid") == 0) {
+  } else if (code == 400 && strcmp(text, "cursor invalid") == 0 && c->sync_had_cursor) {
+    /* (Said of a sync that carried no cursor it is nonsense, and retrying would loop.) */
     qim__client_emit_failed(c, qim_err_raise(QIM_E_CLIENT_CURSOR_INVALID));
     if (qim__client_store_set_cursor(c->store, NULL) != 0) {
       fail(c, QIM_E_CLIENT_LOCAL_STORE_FAILURE, false);

@@ -1,6 +1,6 @@
 /*
- * wsc.c — client-side WebSocket framing of the client runtime and qim-bench (see wsc.h): the handshake text,
- * masked client frames and the parser of the server's unmasked frames.
+ * wsc.c — client-side WebSocket framing of the client runtime and qim-bench (see wsc.h): the
+ * handshake text, masked client frames and the parser of the server's unmasked frames.
  */
 #include "client/wsc.h"
 

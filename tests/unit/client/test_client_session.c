@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "qim/client.h"
@@ -197,9 +198,10 @@ static int answer_default(fake *f, json_t *m) {
 static json_t *note(fake *f, json_t *m, const char *kind) {
   json_t *b = json_object_get(m, kind);
   if (!b) return NULL;
-  if (!strcmp(kind, "sync") && f->syncs < 8) {
+  if (!strcmp(kind, "sync")) {
     const char *cur = json_string_value(json_object_get(b, "cursor"));
-    snprintf(f->sync_cursor[f->syncs++], 64, "%s", cur ? cur : "");
+    if (f->syncs < 8) snprintf(f->sync_cursor[f->syncs], 64, "%s", cur ? cur : "");
+    f->syncs++;
   } else if (!strcmp(kind, "pub") && f->pubs < 8) {
     snprintf(f->pub_cmid[f->pubs++], 23, "%s", json_string_value(json_object_get(b, "cmid")));
   } else if (!strcmp(kind, "login")) {
@@ -662,6 +664,89 @@ static void test_frame_that_is_not_json_is_protocol_failure(void **state) {
   fake_stop(f);
 }
 
+/* Forty pages of one entry each, every one saying more, and one answer per {sync}. */
+static int forty_pages(fake *f, json_t *m) {
+  json_t *b = note(f, m, "sync");
+  if (!b) return answer_default(f, m);
+  char e[256];
+  entry(e, sizeof e, 256u * (unsigned)f->syncs, (unsigned)f->syncs);
+  fake_send(f, "{\"sync\":{\"id\":\"%s\",\"entries\":[%s],%s\"cursor\":\"c%d\"}}", frame_id(b), e,
+            f->syncs < 40 ? "\"more\":true," : "", f->syncs);
+  return 0;
+}
+
+static void test_full_queue_stops_reading_and_loses_no_page(void **state) {
+  (void)state;
+  fake *f = fake_start(forty_pages, false);
+  static char url[64];
+  snprintf(url, sizeof url, "ws://127.0.0.1:%d", f->port);
+  qim_client_config cfg = {.url = url,
+                           .api_key = "key",
+                           .event_queue_cap = 2,
+                           .store = {.mode = QIM_LOCAL_STORE_MODE_IN_MEMORY_FOR_TEST}};
+  qim_client *c = NULL;
+  assert_int_equal(qim_client_open(&cfg, &c), 0);
+  qim_client_credentials cr = {.scheme = QIM_CLIENT_AUTH_BASIC, .login = "alice", .password = "pw"};
+  assert_int_equal(qim_client_connect(c, &cr), 0);
+  /* The host does not poll: the runtime may not read past the page it cannot export. */
+  qim_test_sleep_ms(300);
+  assert_true(f->syncs <= 3);
+  expect_state(c, QIM_CONNECTION_STATE_CONNECTING);
+  expect_state(c, QIM_CONNECTION_STATE_SYNCHRONIZING);
+  for (uint64_t want = 1; want <= 40; want++) {
+    uint64_t seq = 0;
+    assert_int_equal(expect_messages(c, &seq, 1), 1);
+    assert_int_equal(seq, want);
+  }
+  expect_state(c, QIM_CONNECTION_STATE_ONLINE);
+  assert_int_equal(f->syncs, 40);
+  qim_client_close(c);
+  fake_stop(f);
+}
+
+static void test_pending_send_survives_a_host_crash_and_goes_out_after_reopen(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("client-crash");
+  qim_client_config cfg = {.url = "ws://127.0.0.1:1",
+                           .api_key = "key",
+                           .reconnect_min_ms = 20,
+                           .store = {.scope = dir, .mode = QIM_LOCAL_STORE_MODE_PERSISTENT}};
+  qim_client_credentials cr = {.scheme = QIM_CLIENT_AUTH_BASIC, .login = "alice", .password = "pw"};
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) { /* the host: sends while nothing answers, then dies without closing */
+    qim_client *c = NULL;
+    qim_client_message_id cmid;
+    if (qim_client_open(&cfg, &c) || qim_client_connect(c, &cr) ||
+        qim_client_send(c, GRP, "{\"txt\":\"kept\"}", &cmid))
+      _exit(1);
+    _exit(write(fds[1], cmid.b, 16) == 16 ? 0 : 2);
+  }
+  qim_client_message_id sent;
+  assert_int_equal(read(fds[0], sent.b, 16), 16);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_int_equal(WEXITSTATUS(status), 0);
+  close(fds[0]);
+  close(fds[1]);
+  fake *f = fake_start(answer_default, false);
+  char url[64];
+  snprintf(url, sizeof url, "ws://127.0.0.1:%d", f->port);
+  cfg.url = url;
+  qim_client *c = NULL;
+  assert_int_equal(qim_client_open(&cfg, &c), 0);
+  assert_int_equal(qim_client_connect(c, &cr), 0);
+  expect_online(c);
+  qim_client_event ev = next(c);
+  assert_int_equal(ev.kind, QIM_CLIENT_EVENT_PENDING_RESOLVED);
+  assert_memory_equal(ev.pending_resolved.client_message_id.b, sent.b, 16);
+  qim_client_close(c);
+  fake_stop(f);
+  qim_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sync_pages_are_stored_then_exported_once_and_a_push_syncs_again),
@@ -676,6 +761,8 @@ int main(void) {
       cmocka_unit_test(test_evicted_is_kicked_and_stays_down_until_connect),
       cmocka_unit_test(test_server_that_never_answers_is_deadline_exceeded),
       cmocka_unit_test(test_frame_that_is_not_json_is_protocol_failure),
+      cmocka_unit_test(test_full_queue_stops_reading_and_loses_no_page),
+      cmocka_unit_test(test_pending_send_survives_a_host_crash_and_goes_out_after_reopen),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
