@@ -165,7 +165,7 @@ static int post(qim_client *c, const qim__client_cmd *cmd) {
   return rc;
 }
 
-int qim__client_take_cmd(qim_client *c, qim__client_cmd *out) {
+bool qim__client_take_cmd(qim_client *c, qim__client_cmd *out) {
   pthread_mutex_lock(&c->mu);
   bool any = c->cmd_count > 0;
   if (any) {

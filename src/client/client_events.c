@@ -21,14 +21,13 @@
 #include "qim/mem.h"
 #include "qim/record.h"
 
-int qim__client_equeue_init(qim__client_equeue *q, size_t cap, uv_async_t *wake) {
+void qim__client_equeue_init(qim__client_equeue *q, size_t cap, uv_async_t *wake) {
   memset(q, 0, sizeof *q);
   q->ring = qim_calloc(cap, sizeof *q->ring);
   q->cap = cap;
   q->wake = wake;
   pthread_mutex_init(&q->mu, NULL);
   qim_cond_init_monotonic(&q->cv);
-  return 0;
 }
 
 void qim__client_equeue_destroy(qim__client_equeue *q) {

@@ -535,13 +535,13 @@ static void on_meta(qim_client *c, json_t *meta) {
     on_sessions(c, id, sub);
 }
 
-int qim__client_session_frame(qim_client *c, const char *text, size_t len) {
+void qim__client_session_frame(qim_client *c, const char *text, size_t len) {
   json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
   json_t *v;
   if (!json_is_object(m)) {
     json_decref(m);
     fail(c, qim_err_raise(QIM_E_CLIENT_PROTOCOL_FAILURE), true);
-    return QIM_E_CLIENT_PROTOCOL_FAILURE;
+    return;
   }
   if ((v = json_object_get(m, "ctrl")) && json_is_object(v)) {
     on_ctrl(c, v);
@@ -558,7 +558,6 @@ int qim__client_session_frame(qim_client *c, const char *text, size_t len) {
     fail(c, qim_err_raise(QIM_E_CLIENT_PROTOCOL_FAILURE), true);
   }
   json_decref(m);
-  return 0;
 }
 
 void qim__client_session_open(qim_client *c) {
