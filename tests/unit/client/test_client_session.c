@@ -664,6 +664,41 @@ static void test_frame_that_is_not_json_is_protocol_failure(void **state) {
   fake_stop(f);
 }
 
+/* Joining the group is refused: a send to it can never be delivered. */
+static int refuse_group(fake *f, json_t *m) {
+  json_t *b = json_object_get(m, "sub");
+  note(f, m, "pub");
+  if (b && strcmp(json_string_value(json_object_get(b, "topic")), GRP) == 0) {
+    fake_send(
+        f,
+        "{\"ctrl\":{\"id\":\"%s\",\"topic\":\"%s\",\"code\":403,\"text\":\"permission denied\"," TS
+        "}}",
+        frame_id(b), GRP);
+    return 0;
+  }
+  return answer_default(f, m);
+}
+
+static void test_send_to_a_group_that_refuses_the_join_is_permission_denied_and_dropped(
+    void **state) {
+  (void)state;
+  fake *f = fake_start(refuse_group, false);
+  qim_client *c = client_for(f, 5000);
+  expect_online(c);
+  qim_client_message_id cmid;
+  assert_int_equal(qim_client_send(c, GRP, "{\"txt\":\"no\"}", &cmid), 0);
+  expect_failed(c, QIM_E_CLIENT_PERMISSION_DENIED);
+  /* The row is gone: a later flush (another send elsewhere) does not try it again. */
+  qim_client_message_id other;
+  assert_int_equal(qim_client_send(c, USR2, "{\"txt\":\"yes\"}", &other), 0);
+  qim_client_event ev = next(c);
+  assert_int_equal(ev.kind, QIM_CLIENT_EVENT_PENDING_RESOLVED);
+  assert_memory_equal(ev.pending_resolved.client_message_id.b, other.b, 16);
+  assert_int_equal(f->pubs, 1);
+  qim_client_close(c);
+  fake_stop(f);
+}
+
 /* Forty pages of one entry each, every one saying more, and one answer per {sync}. */
 static int forty_pages(fake *f, json_t *m) {
   json_t *b = note(f, m, "sync");
@@ -761,6 +796,7 @@ int main(void) {
       cmocka_unit_test(test_evicted_is_kicked_and_stays_down_until_connect),
       cmocka_unit_test(test_server_that_never_answers_is_deadline_exceeded),
       cmocka_unit_test(test_frame_that_is_not_json_is_protocol_failure),
+      cmocka_unit_test(test_send_to_a_group_that_refuses_the_join_is_permission_denied_and_dropped),
       cmocka_unit_test(test_full_queue_stops_reading_and_loses_no_page),
       cmocka_unit_test(test_pending_send_survives_a_host_crash_and_goes_out_after_reopen),
   };
