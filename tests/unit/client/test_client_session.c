@@ -288,6 +288,21 @@ static void expect_online(qim_client *c) {
   expect_state(c, QIM_CONNECTION_STATE_ONLINE);
 }
 
+/* A scripted server answering with `h` and a client of it that has reached Online. */
+static qim_client *online_with(fake **f, fake_handler h) {
+  *f = fake_start(h, false);
+  qim_client *c = client_for(*f, 5000);
+  expect_online(c);
+  return c;
+}
+
+/* Queues `json` for `topic` and returns its cmid. */
+static qim_client_message_id send_json(qim_client *c, const char *topic, const char *json) {
+  qim_client_message_id cmid;
+  assert_int_equal(qim_client_send(c, topic, json, &cmid), 0);
+  return cmid;
+}
+
 static void entry(char *out, size_t cap, unsigned event_id, unsigned seq) {
   snprintf(out, cap,
            "{\"event_id\":\"%u\",\"type\":\"message\",\"topic\":\"%s\",\"seq\":%u,"
@@ -493,11 +508,9 @@ static int lose_first_ack(fake *f, json_t *m) {
 
 static void test_pending_send_is_resent_with_the_same_cmid_after_reconnect(void **state) {
   (void)state;
-  fake *f = fake_start(lose_first_ack, false);
-  qim_client *c = client_for(f, 5000);
-  expect_online(c);
-  qim_client_message_id cmid;
-  assert_int_equal(qim_client_send(c, GRP, "{\"txt\":\"hello\"}", &cmid), 0);
+  fake *f = NULL;
+  qim_client *c = online_with(&f, lose_first_ack);
+  qim_client_message_id cmid = send_json(c, GRP, "{\"txt\":\"hello\"}");
   expect_state(c, QIM_CONNECTION_STATE_DISCONNECTED);
   expect_online(c);
   qim_client_event ev = next(c);
@@ -591,9 +604,8 @@ static int revoke_token(fake *f, json_t *m) {
 
 static void test_token_refused_on_reconnect_is_kicked(void **state) {
   (void)state;
-  fake *f = fake_start(revoke_token, false);
-  qim_client *c = client_for(f, 5000);
-  expect_online(c);
+  fake *f = NULL;
+  qim_client *c = online_with(&f, revoke_token);
   expect_state(c, QIM_CONNECTION_STATE_DISCONNECTED);
   expect_state(c, QIM_CONNECTION_STATE_CONNECTING);
   expect_failed(c, QIM_E_CLIENT_PERMISSION_DENIED);
@@ -617,9 +629,8 @@ static int evict(fake *f, json_t *m) {
 
 static void test_evicted_is_kicked_and_stays_down_until_connect(void **state) {
   (void)state;
-  fake *f = fake_start(evict, false);
-  qim_client *c = client_for(f, 5000);
-  expect_online(c);
+  fake *f = NULL;
+  qim_client *c = online_with(&f, evict);
   expect_state(c, QIM_CONNECTION_STATE_KICKED);
   qim_client_event ev;
   assert_int_equal(qim_client_poll_event(c, &ev, 300), QIM_AGAIN);
@@ -682,15 +693,12 @@ static int refuse_group(fake *f, json_t *m) {
 static void test_send_to_a_group_that_refuses_the_join_is_permission_denied_and_dropped(
     void **state) {
   (void)state;
-  fake *f = fake_start(refuse_group, false);
-  qim_client *c = client_for(f, 5000);
-  expect_online(c);
-  qim_client_message_id cmid;
-  assert_int_equal(qim_client_send(c, GRP, "{\"txt\":\"no\"}", &cmid), 0);
+  fake *f = NULL;
+  qim_client *c = online_with(&f, refuse_group);
+  send_json(c, GRP, "{\"txt\":\"no\"}");
   expect_failed(c, QIM_E_CLIENT_PERMISSION_DENIED);
   /* The row is gone: a later flush (another send elsewhere) does not try it again. */
-  qim_client_message_id other;
-  assert_int_equal(qim_client_send(c, USR2, "{\"txt\":\"yes\"}", &other), 0);
+  qim_client_message_id other = send_json(c, USR2, "{\"txt\":\"yes\"}");
   qim_client_event ev = next(c);
   assert_int_equal(ev.kind, QIM_CLIENT_EVENT_PENDING_RESOLVED);
   assert_memory_equal(ev.pending_resolved.client_message_id.b, other.b, 16);
