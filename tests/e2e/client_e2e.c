@@ -5,7 +5,8 @@
  * reaches the other through the mailbox ({sync}); a send whose ack is lost while qimd is
  * frozen (SIGSTOP) is resent after the reconnect with the same cmid and stored once; a
  * persistent store survives qim_client_close and a reopen (cursor and entries kept,
- * nothing exported twice).
+ * nothing exported twice); after a retention trim the reopened store's cursor is expired
+ * (410) and the runtime rebuilds it.
  *   usage: e2e_client QIMD
  */
 #include <fcntl.h>
@@ -26,13 +27,15 @@
 
 #define API_KEY "AQEAAAABAAD_rAp4DJh05a1HAwFT3A6K" /* qimd's default (Tinode's demo key) */
 #define WAIT_MS 20000                              /* sanitizer builds are slow */
+#define SERVICE_TOKEN "client-e2e-service-token-0123456789"
 
 static const char *qimd_path;
 
 /* What the tests share: the server, two devices, the group. */
 static struct {
   pid_t qimd;
-  char *dir, url[64], bob_scope[512], login_a[32], login_b[32], grp[32];
+  int port;
+  char *dir, url[64], bob_scope[512], qimd_log[600], login_a[32], login_b[32], grp[32];
   qim_client *alice, *bob;
   uint64_t seen[64]; /* seqs of the message entries bob was given (the cmid is the sender's) */
   size_t seen_n;
@@ -52,17 +55,22 @@ static int free_port(void) {
 /* Starts qimd and waits for its ready line (stderr goes to a file in the test's directory). */
 static void start_qimd(void) {
   char listen[32], data[600], log[600];
-  int port = free_port();
+  int port = W.port = free_port();
   snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
   snprintf(W.url, sizeof W.url, "ws://127.0.0.1:%d", port);
   snprintf(data, sizeof data, "%s/data", W.dir);
   snprintf(log, sizeof log, "%s/qimd.stderr", W.dir);
+  snprintf(W.qimd_log, sizeof W.qimd_log, "%s", log);
   W.qimd = fork();
   assert_true(W.qimd >= 0);
   if (W.qimd == 0) {
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 2);
-    execl(qimd_path, qimd_path, "--listen", listen, "--data", data, (char *)NULL);
+    /* A tiny mailbox retention, applied only when asked (POST /v0/admin/retention), so only
+     * the last test, which asks, expires a cursor. */
+    execl(qimd_path, qimd_path, "--listen", listen, "--data", data, "--service-token",
+          "e2e:" SERVICE_TOKEN, "--mailbox-retain-count", "4", "--mailbox-retention-interval", "1h",
+          (char *)NULL);
     _exit(127);
   }
   WAIT_FOR(qim_test_file_holds(log, "event=server.ready"), WAIT_MS);
@@ -171,6 +179,38 @@ static int bob_rows(const char *sql) {
   char path[600];
   snprintf(path, sizeof path, "%s/qimclient.db", W.bob_scope);
   return (int)qim_test_sqlite_int(path, sql);
+}
+
+/* How many times `needle` occurs in qimd's stderr so far. */
+static int log_count(const char *needle) {
+  FILE *f = fopen(W.qimd_log, "r");
+  char line[4096];
+  int n = 0;
+  while (f && fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+  if (f) fclose(f);
+  return n;
+}
+
+/* POST /v0/admin/retention: every mailbox lane trims now; returns the HTTP status. */
+static int post_retention(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)W.port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  char req[512];
+  int n =
+      snprintf(req, sizeof req,
+               "POST /v0/admin/retention HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Qim-Service-Token: %s\r\n"
+               "Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+               SERVICE_TOKEN);
+  assert_int_equal(write(fd, req, (size_t)n), n);
+  char ans[64] = {0};
+  assert_true(read(fd, ans, sizeof ans - 1) > 12);
+  close(fd);
+  int status = 0;
+  sscanf(ans, "HTTP/1.1 %d", &status);
+  return status;
 }
 
 static int setup(void **state) {
@@ -285,6 +325,54 @@ static void test_persistent_store_survives_close_and_reopen_without_exporting_tw
                    bob_rows("SELECT count(DISTINCT json) FROM entries WHERE type='message'"));
 }
 
+static bool is_expired(const qim_client_event *ev, const void *arg) {
+  (void)arg;
+  return ev->failed == QIM_E_CLIENT_CURSOR_EXPIRED;
+}
+
+static void test_cursor_expired_by_retention_rebuilds_the_reopened_store(void **state) {
+  (void)state;
+  qim_client_close(W.bob);
+  W.bob = NULL;
+  /* Twelve messages while bob is away; the lane keeps four dispatch records. */
+  qim_client_message_id cmid;
+  uint64_t last = 0;
+  for (int i = 0; i < 12; i++) last = alice_sends("while bob is away", &cmid);
+  /* Alice's own mailbox (the same, only lane) has the last one: it is materialized. */
+  qim_client_event ev = await(W.alice, QIM_CLIENT_EVENT_MESSAGES_ADDED, has_seq, &last);
+  qim_client_event_release(&ev);
+  int trimmed = log_count("event=mailbox.lane_trimmed");
+  assert_int_equal(post_retention(), 202);
+  WAIT_FOR(log_count("event=mailbox.lane_trimmed") > trimmed, WAIT_MS);
+  assert_true(log_count("event=mailbox.lane_trimmed") > trimmed);
+
+  qim_client_config cfg = {
+      .url = W.url,
+      .api_key = API_KEY,
+      .store = {.scope = W.bob_scope, .mode = QIM_LOCAL_STORE_MODE_PERSISTENT}};
+  assert_int_equal(qim_client_open(&cfg, &W.bob), 0);
+  qim_client_credentials cr = {
+      .scheme = QIM_CLIENT_AUTH_BASIC, .login = W.login_b, .password = "secret-pw"};
+  assert_int_equal(qim_client_connect(W.bob, &cr), 0);
+  ev = await(W.bob, QIM_CLIENT_EVENT_FAILED, is_expired, NULL);
+  ev = await(W.bob, QIM_CLIENT_EVENT_REBUILD_REQUIRED, NULL, NULL);
+  assert_true(ev.rebuild.expired_cursor.signed_token.n > 0);
+  qim_client_event_release(&ev);
+  ev = await(W.bob, QIM_CLIENT_EVENT_LOCAL_STORE_RESET, NULL, NULL);
+  ev = await(W.bob, QIM_CLIENT_EVENT_SESSIONS_UPDATED, NULL, NULL);
+  assert_int_equal(ev.sessions->session_count, 1);
+  assert_int_equal(ev.sessions->sessions[0].latest_conversation_seq, last);
+  qim_client_event_release(&ev);
+  await_online(W.bob);
+  /* The fresh cursor is at the watermark: nothing old comes back, the next message does. */
+  assert_int_equal(bob_rows("SELECT count(*) FROM entries"), 0);
+  assert_int_equal(bob_rows("SELECT latest_seq FROM conversations"), (int)last);
+  uint64_t seq = alice_sends("after the rebuild", &cmid);
+  ev = await(W.bob, QIM_CLIENT_EVENT_MESSAGES_ADDED, has_seq, &seq);
+  qim_client_event_release(&ev);
+  assert_int_equal(bob_rows("SELECT count(*) FROM entries WHERE type='message'"), 1);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s QIMD\n", argv[0]);
@@ -295,6 +383,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_one_device_sends_the_other_receives_through_sync),
       cmocka_unit_test(test_send_whose_ack_is_lost_is_resent_with_the_same_cmid_and_stored_once),
       cmocka_unit_test(test_persistent_store_survives_close_and_reopen_without_exporting_twice),
+      cmocka_unit_test(test_cursor_expired_by_retention_rebuilds_the_reopened_store),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
