@@ -138,6 +138,14 @@ static void run_deferred(qim_client *c) {
   c->deferred_n = kept;
 }
 
+/* Forgets the commands waiting for `topic` (its join was refused). */
+static void drop_deferred(qim_client *c, const char *topic) {
+  size_t kept = 0;
+  for (size_t i = 0; i < c->deferred_n; i++)
+    if (strcmp(c->deferred[i].topic, topic) != 0) c->deferred[kept++] = c->deferred[i];
+  c->deferred_n = kept;
+}
+
 static void defer(qim_client *c, const qim__client_cmd *cmd) {
   if (c->deferred_n == c->deferred_cap) {
     c->deferred_cap = c->deferred_cap ? 2 * c->deferred_cap : 8;
@@ -466,6 +474,7 @@ static void on_joined(qim_client *c, const char *id, const char *topic, int code
     if (rc == QIM_E_CLIENT_PERMISSION_DENIED &&
         qim__client_store_pending_drop_topic(c->store, asked))
       qim__client_emit_failed(c, QIM_E_CLIENT_LOCAL_STORE_FAILURE);
+    if (rc == QIM_E_CLIENT_PERMISSION_DENIED) drop_deferred(c, asked); /* members of it, too */
     return;
   }
   list_add(&c->joined, &c->joined_n, topic ? topic : asked);

@@ -697,11 +697,14 @@ static void test_send_to_a_group_that_refuses_the_join_is_permission_denied_and_
   qim_client *c = online_with(&f, refuse_group);
   send_json(c, GRP, "{\"txt\":\"no\"}");
   expect_failed(c, QIM_E_CLIENT_PERMISSION_DENIED);
+  assert_int_equal(qim_client_get_members(c, GRP), 0); /* refused again, then forgotten */
+  expect_failed(c, QIM_E_CLIENT_PERMISSION_DENIED);
   /* The row is gone: a later flush (another send elsewhere) does not try it again. */
   qim_client_message_id other = send_json(c, USR2, "{\"txt\":\"yes\"}");
   qim_client_event ev = next(c);
   assert_int_equal(ev.kind, QIM_CLIENT_EVENT_PENDING_RESOLVED);
   assert_memory_equal(ev.pending_resolved.client_message_id.b, other.b, 16);
+  assert_int_equal(qim_client_poll_event(c, &ev, 300), QIM_AGAIN); /* no third join */
   assert_int_equal(f->pubs, 1);
   qim_client_close(c);
   fake_stop(f);
