@@ -576,7 +576,8 @@ typedef enum qim_client_event_kind {
   QIM_CLIENT_EVENT_FAILED = 7,
 } qim_client_event_kind;
 
-/* One event; only the member named by `kind` is meaningful. Borrowed for the callback. */
+/* One event; only the member named by `kind` is meaningful. One taken with
+ * qim_client_poll_event owns its arrays until qim_client_event_release (client.h). */
 typedef struct qim_client_event {
   qim_client_event_kind kind;
   qim_connection_state connection_state;            /* CONNECTION_CHANGED */

@@ -12,13 +12,14 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "qim/err.h"
 #include "qim/mem.h"
+#include "qim/wskey.h"
 
 #define UNSEEN UINT32_MAX
 
@@ -335,15 +336,7 @@ int qim_http_upgrade_status(const qim_http_request *r) {
 }
 
 void qim_http_accept_key(const char *key, char out[QIM_HTTP_ACCEPT_LEN + 1]) {
-  static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-  char buf[128];
-  size_t kl = strnlen(key, sizeof buf - sizeof guid);
-  memcpy(buf, key, kl);
-  memcpy(buf + kl, guid, sizeof guid - 1);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int mdlen = 0;
-  if (!EVP_Digest(buf, kl + sizeof guid - 1, md, &mdlen, EVP_sha1(), NULL)) abort();
-  EVP_EncodeBlock((unsigned char *)out, md, (int)mdlen); /* 20 bytes -> 28 chars + NUL */
+  qim_wskey_accept(key, out);
 }
 
 /* ---- responses ------------------------------------------------------------------------------- */

@@ -23,6 +23,11 @@ void qim_test_rmtree(char *path);
  * for tests that check what reached the disk. */
 bool qim_test_file_holds(const char *path, const char *needle);
 
+/* The integer in the first column of the first row `sql` gives from the SQLite database at
+ * `path` (opened read-only): for tests that check what a store holds. -1 when the file
+ * cannot be opened, the query fails or it returns no row. */
+int64_t qim_test_sqlite_int(const char *path, const char *sql);
+
 /* CLOCK_MONOTONIC in milliseconds. */
 int64_t qim_test_now_ms(void);
 

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "wsc.h"
+#include "client/wsc.h"
 
 /* Why a connection ended (on_close's `why`). */
 typedef enum qim_bench_end {

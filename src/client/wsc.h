@@ -1,14 +1,15 @@
 /*
- * wsc.h — the client side of RFC 6455 for qim-bench, free of I/O: the opening
- * handshake (request text, checking the server's 101 answer), encoding masked client
- * frames, and an incremental parser of server frames (which are never masked).
+ * wsc.h — the client side of RFC 6455, free of I/O: the opening handshake (request
+ * text, checking the server's 101 answer), encoding masked client frames, and an
+ * incremental parser of server frames (which are never masked). It is the client
+ * runtime's own WebSocket codec (src/client/) and qim-bench links it from here too.
  *
- * src/gateway/ws.h is the server side: its parser insists on masked frames, so the load
- * generator needs this small mirror image. Only the Sec-WebSocket-Accept computation is
- * shared (qim_http_accept_key from src/gateway/http.h).
+ * src/gateway/ws.h is the server side: its parser insists on masked frames, so clients
+ * need this small mirror image. Only the Sec-WebSocket-Accept computation is shared
+ * (qim_wskey_accept from core), so the client does not depend on the gateway.
  */
-#ifndef QIM_BENCH_WSC_H
-#define QIM_BENCH_WSC_H
+#ifndef QIM_CLIENT_WSC_H
+#define QIM_CLIENT_WSC_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -107,4 +108,4 @@ size_t qim_wsc_parser_buffered(const qim_wsc_parser *p);
 /* Frees the buffers (accepts NULL); the parser may be initialised again. */
 void qim_wsc_parser_free(qim_wsc_parser *p);
 
-#endif /* QIM_BENCH_WSC_H */
+#endif /* QIM_CLIENT_WSC_H */

@@ -1,5 +1,5 @@
 /*
- * test_wsc.c — qim-bench's client-side WebSocket framing (tools/bench/wsc.h), checked
+ * test_wsc.c — the client runtime's WebSocket framing (src/client/wsc.h), checked
  * against qim's own server side: frames the client encodes must parse with the gateway's
  * parser (src/gateway/ws.h), frames the gateway encodes must parse with the client's, and
  * the handshake answer the gateway formats must be accepted. Then the rules the client
@@ -14,7 +14,7 @@
 #include "qim/err.h"
 #include "qim/mem.h"
 #include "testsupport.h"
-#include "wsc.h"
+#include "client/wsc.h"
 
 /* ---- what the client parser hands out ------------------------------------------------------- */
 

@@ -1,18 +1,18 @@
 /*
- * wsc.c — client-side WebSocket framing for qim-bench (see wsc.h): the handshake text,
- * masked client frames and the parser of the server's unmasked frames.
+ * wsc.c — client-side WebSocket framing of the client runtime and qim-bench (see wsc.h): the
+ * handshake text, masked client frames and the parser of the server's unmasked frames.
  */
-#include "wsc.h"
+#include "client/wsc.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-#include "gateway/http.h"
 #include "qim/err.h"
 #include "qim/ids.h"
 #include "qim/mem.h"
+#include "qim/wskey.h"
 
 #define HEAD_MAX 8192
 
@@ -28,7 +28,7 @@ int qim_wsc_request(char *out, size_t cap, const char *host, const char *path, c
   int n = snprintf(out, cap,
                    "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                    "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n"
-                   "User-Agent: qim-bench\r\n\r\n",
+                   "User-Agent: qim-client\r\n\r\n",
                    path, host, key);
   if (n < 0 || (size_t)n >= cap) return -ENOSPC;
   return n;
@@ -70,8 +70,8 @@ int qim_wsc_response(const char *buf, size_t len, const char *key, size_t *head_
   if (sscanf(buf, "HTTP/1.%*1[01] %3d", &code) != 1) return -EPROTO;
   *status = code;
   if (code != 101) return -ECONNREFUSED;
-  char want[QIM_HTTP_ACCEPT_LEN + 1];
-  qim_http_accept_key(key, want);
+  char want[QIM_WSKEY_ACCEPT_LEN + 1];
+  qim_wskey_accept(key, want);
   if (!header_is(buf, end, "Upgrade", "websocket") ||
       !header_is(buf, end, "Connection", "Upgrade") ||
       !header_is(buf, end, "Sec-WebSocket-Accept", want))
