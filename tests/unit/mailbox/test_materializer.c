@@ -337,6 +337,16 @@ static bool lane_reached(void *ctx) {
   return (int)st.state == x->state;
 }
 
+/* A lane's published next_offset has reached `offset` (it is published when the write before
+ * it is confirmed durable, which may come after the lane halted on the next record). */
+typedef struct lane_at_in { qim_mailbox *m; qim_mailbox_shard_id shard; qim_lane_id lane; uint64_t offset; } lane_at_in;
+static bool lane_at(void *ctx) {
+  lane_at_in *x = ctx;
+  qim_mailbox_lane_status st;
+  qim_mailbox_lane_status_get(x->m, x->shard, x->lane, &st);
+  return st.next_offset == x->offset;
+}
+
 static void expect_halted(qim_mailbox *m, qim_mailbox_shard_id shard, int error) {
   for (qim_lane_id l = 0; l < FX_LANES; l++) {
     lane_in x = {m, shard, l, QIM_MAILBOX_LANE_HALTED};
@@ -381,9 +391,12 @@ static void test_a_corrupt_dispatch_halts_its_lanes_until_repaired(void **state)
   }
   for (qim_mailbox_shard_id s = 0; s < FX_SHARDS; s++) {
     expect_halted(w->m, s, QIM_E_MATERIALIZE_DISPATCH_CORRUPT);
+    lane_at_in at = {w->m, s, 0, qim_mailbox_seq_offset(bad[s])};
+    fx_eventually(lane_at, &at);
     qim_mailbox_lane_status st;
     qim_mailbox_lane_status_get(w->m, s, 0, &st);
     assert_int_equal(st.next_offset, qim_mailbox_seq_offset(bad[s])); /* stuck on it */
+    assert_int_equal(st.state, QIM_MAILBOX_LANE_HALTED);
     fx_pulled p = fx_pull_all(w->m, u[s], 0, 100);
     assert_int_equal(p.n, 1);
     fx_pulled_free(&p);
