@@ -989,7 +989,7 @@ static void log_op_counts(sq_store *st) {
   if (len)
     QIM_LOGI(NULL, "store.sqlite.op_counts",
              "%s commit=%llu/%llu sync=%llu/%llu checkpoint=%llu/%llu bg_checkpoint=%llu/%llu "
-             "truncate=%llu/%llu erase_turnovers=%llu lingered=%llu redos=%llu transactions=%llu pages=%llu "
+             "ckpt_wait=%llu/%llu truncate=%llu/%llu erase_turnovers=%llu lingered=%llu redos=%llu transactions=%llu pages=%llu "
              "pcache_truncates=%llu/%llu",
              text, (unsigned long long)atomic_load(&st->stats.commits),
              (unsigned long long)(atomic_load(&st->stats.commit_ns) / 1000),
@@ -999,6 +999,8 @@ static void log_op_counts(sq_store *st) {
              (unsigned long long)(atomic_load(&st->stats.checkpoint_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.bg_checkpoints),
              (unsigned long long)(atomic_load(&st->stats.bg_checkpoint_ns) / 1000),
+             (unsigned long long)atomic_load(&st->stats.ckpt_waits),
+             (unsigned long long)(atomic_load(&st->stats.ckpt_wait_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.truncates),
              (unsigned long long)(atomic_load(&st->stats.truncate_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.erase_turnovers),
@@ -1048,6 +1050,7 @@ static void store_stats(qim_store *s, qim_store_stats *out) {
       .redos = atomic_load(&st->stats.redos),
       .checkpoints = atomic_load(&st->stats.checkpoints),
       .checkpoints_background = atomic_load(&st->stats.bg_checkpoints),
+      .checkpoint_waits = atomic_load(&st->stats.ckpt_waits),
       .writebacks = atomic_load(&st->stats.writebacks),
       .wal_truncates = atomic_load(&st->stats.truncates),
       .erase_turnovers = atomic_load(&st->stats.erase_turnovers),

@@ -133,6 +133,7 @@ typedef struct sq_ckpt {
   int db_fd; /* the database file, for sync_file_range */
   pthread_mutex_t mu;
   pthread_cond_t cv, wb_cv;       /* work for the checkpointer; a pass copying (write-back) */
+  pthread_cond_t done_cv;         /* a round ended (the writer waits at the hard bound) */
   bool running, closing, copying; /* running: a round asked for or under way */
   uint64_t copied;                /* WAL frames the last pass left copied */
   bool inited, started, wb_started;
@@ -209,6 +210,7 @@ struct sq_store {
     _Atomic uint64_t truncate_ns, truncates;     /* its TRUNCATE checkpoints (idle or erase) */
     _Atomic uint64_t erase_turnovers; /* erases the WAL's turning over wiped (erase_wiped) */
     _Atomic uint64_t bg_checkpoint_ns, bg_checkpoints; /* the checkpointer's passes */
+    _Atomic uint64_t ckpt_wait_ns, ckpt_waits;         /* the writer's waits for a round */
     _Atomic uint64_t writebacks;                       /* write-outs started during them */
     _Atomic uint64_t syncs, sync_ns;                   /* the syncer's WAL syncs, wall time */
     _Atomic uint64_t sync_waits;                       /* completions that waited for one */

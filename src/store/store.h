@@ -734,6 +734,8 @@ struct qim_store_stats {
                                      after one failed having written (sqlite.c, "Savepoints") */
   uint64_t checkpoints;           /* sqlite: checkpoints on the writer's own thread (stalls) */
   uint64_t checkpoints_background; /* sqlite: passes of the background checkpointer */
+  uint64_t checkpoint_waits;      /* sqlite: times the writer, its WAL at the hard bound, waited
+                                     for the checkpointer's round to end (sqlite_checkpoint.c) */
   uint64_t writebacks;            /* sqlite: write-outs of the database file started during them */
   uint64_t wal_truncates;         /* sqlite: WAL truncates (writes paused, or an erase due) */
   uint64_t erase_turnovers;       /* sqlite: erases wiped from the WAL by its starting over */
