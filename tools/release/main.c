@@ -44,10 +44,16 @@ static int run(char *const argv[], char **out, size_t *len) {
   }
   close(fd[1]);
   size_t cap = 4096, n = 0;
-  char *buf = qim_malloc(cap);
+  char *buf = qim_malloc(cap), spill[4096];
   ssize_t r;
-  while ((r = read(fd[0], buf + n, cap - n - 1)) > 0 || (r < 0 && errno == EINTR))
-    if (r > 0 && (n += (size_t)r) + 1 == cap && cap < OUTPUT_MAX) buf = qim_realloc(buf, cap *= 2);
+  for (;;) {
+    if (n + 1 == cap && cap < OUTPUT_MAX) buf = qim_realloc(buf, cap *= 2);
+    bool full = n + 1 == cap; /* past OUTPUT_MAX: read on and drop, so the child never blocks */
+    r = full ? read(fd[0], spill, sizeof spill) : read(fd[0], buf + n, cap - n - 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    if (!full) n += (size_t)r;
+  }
   close(fd[0]);
   buf[n] = '\0';
   int status;
