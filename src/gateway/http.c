@@ -335,10 +335,6 @@ int qim_http_upgrade_status(const qim_http_request *r) {
   return 101;
 }
 
-void qim_http_accept_key(const char *key, char out[QIM_HTTP_ACCEPT_LEN + 1]) {
-  qim_wskey_accept(key, out);
-}
-
 /* ---- responses ------------------------------------------------------------------------------- */
 
 const char *qim_http_reason(int status) {
@@ -400,12 +396,12 @@ char *qim_http_format_response(int status, const char *content_type, const char 
 }
 
 char *qim_http_format_switching(const char *key, size_t *len) {
-  char accept[QIM_HTTP_ACCEPT_LEN + 1];
-  qim_http_accept_key(key, accept);
+  char accept[QIM_WSKEY_ACCEPT_LEN + 1];
+  qim_wskey_accept(key, accept);
   static const char fmt[] =
       "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
       "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n";
-  size_t cap = sizeof fmt + QIM_HTTP_ACCEPT_LEN;
+  size_t cap = sizeof fmt + QIM_WSKEY_ACCEPT_LEN;
   char *out = qim_malloc(cap);
   int n = snprintf(out, cap, fmt, accept);
   *len = (size_t)n;

@@ -114,9 +114,7 @@ int qim_http_upgrade_status(const qim_http_request *r);
 /* True when `key` is base64 of exactly 16 bytes (RFC 6455 §4.1). */
 bool qim_http_ws_key_valid(const char *key);
 
-/* Sec-WebSocket-Accept for a client key: base64(SHA-1(key + GUID)), 28 chars + NUL. */
-#define QIM_HTTP_ACCEPT_LEN 28
-void qim_http_accept_key(const char *key, char out[QIM_HTTP_ACCEPT_LEN + 1]);
+/* The Sec-WebSocket-Accept for a client key is qim_wskey_accept (qim/wskey.h). */
 
 /* Standard reason phrase ("Not Found"); "Unknown" for codes qim never sends. */
 const char *qim_http_reason(int status);
