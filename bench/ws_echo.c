@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "gateway/http.h"
-#include "qim/wskey.h"
+#include "qim/websocket.h"
 
 #define RBUF (64 * 1024)
 #define WMAX (4 * 1024 * 1024) /* stop reading a connection whose replies pile up beyond this */
@@ -135,8 +135,8 @@ static long handshake(conn *c) {
       break;
     }
   if (!key || !qim_http_ws_key_valid(key)) return -1;
-  char accept[QIM_WSKEY_ACCEPT_LEN + 1], resp[256];
-  qim_wskey_accept(key, accept);
+  char accept[QIM_WS_ACCEPT_LEN + 1], resp[256];
+  qim_websocket_accept(key, accept);
   int n =
       snprintf(resp, sizeof resp,
                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

@@ -160,7 +160,7 @@ int qim__client_conn_send(qim_client *c, json_t *frame) {
   char *text = json_dumps(frame, JSON_COMPACT);
   json_decref(frame);
   int rc = !text ? -ENOMEM : !k || !k->upgraded ? -ENOTCONN : 0;
-  if (rc == 0) rc = write_frame(k, QIM_WSC_OP_TEXT, text, strlen(text));
+  if (rc == 0) rc = write_frame(k, QIM_WS_OP_TEXT, text, strlen(text));
   free(text);
   return rc;
 }
@@ -170,7 +170,7 @@ int qim__client_conn_send(qim_client *c, json_t *frame) {
 
 static int on_message(void *ud, int op, const uint8_t *data, size_t len) {
   qim__client_conn *k = ud;
-  if (op != QIM_WSC_OP_TEXT) {
+  if (op != QIM_WS_OP_TEXT) {
     fail(k->c, qim_err_raise(QIM_E_CLIENT_PROTOCOL_FAILURE), true); /* qim sends text only */
     return 1;
   }
@@ -180,8 +180,8 @@ static int on_message(void *ud, int op, const uint8_t *data, size_t len) {
 
 static int on_control(void *ud, int op, const uint8_t *data, size_t len) {
   qim__client_conn *k = ud;
-  if (op == QIM_WSC_OP_PING) return write_frame(k, QIM_WSC_OP_PONG, data, len) ? 1 : 0;
-  if (op == QIM_WSC_OP_CLOSE) {
+  if (op == QIM_WS_OP_PING) return write_frame(k, QIM_WS_OP_PONG, data, len) ? 1 : 0;
+  if (op == QIM_WS_OP_CLOSE) {
     qim__client_conn_drop(k->c, true);
     return 1;
   }

@@ -12,7 +12,7 @@
 #include "qim/err.h"
 #include "qim/ids.h"
 #include "qim/mem.h"
-#include "qim/wskey.h"
+#include "qim/websocket.h"
 
 #define HEAD_MAX 8192
 
@@ -70,8 +70,8 @@ int qim_wsc_response(const char *buf, size_t len, const char *key, size_t *head_
   if (sscanf(buf, "HTTP/1.%*1[01] %3d", &code) != 1) return -EPROTO;
   *status = code;
   if (code != 101) return -ECONNREFUSED;
-  char want[QIM_WSKEY_ACCEPT_LEN + 1];
-  qim_wskey_accept(key, want);
+  char want[QIM_WS_ACCEPT_LEN + 1];
+  qim_websocket_accept(key, want);
   if (!header_is(buf, end, "Upgrade", "websocket") ||
       !header_is(buf, end, "Connection", "Upgrade") ||
       !header_is(buf, end, "Sec-WebSocket-Accept", want))
@@ -141,7 +141,7 @@ static int read_header(const uint8_t *d, size_t n, fhdr *h) {
   }
   h->len = len;
   bool control = h->op >= 0x8;
-  if (control ? (h->op > QIM_WSC_OP_PONG || !h->fin || len > 125) : h->op > QIM_WSC_OP_BINARY)
+  if (control ? (h->op > QIM_WS_OP_PONG || !h->fin || len > 125) : h->op > QIM_WS_OP_BINARY)
     return -EPROTO;
   return 0;
 }
@@ -165,14 +165,14 @@ static int msg_append(qim_wsc_parser *p, const uint8_t *d, size_t n) {
 static int on_frame(qim_wsc_parser *p, const fhdr *h, const uint8_t *pl, const qim_wsc_events *ev,
                     void *ud) {
   if (h->op >= 0x8) return ev->on_control ? ev->on_control(ud, h->op, pl, (size_t)h->len) : 0;
-  if (h->op == QIM_WSC_OP_CONT) {
+  if (h->op == QIM_WS_OP_CONT) {
     if (!p->msg_op_) return -EPROTO;
   } else if (p->msg_op_) {
     return -EPROTO; /* a new message inside a fragmented one */
   }
-  if (h->op != QIM_WSC_OP_CONT && h->fin)
+  if (h->op != QIM_WS_OP_CONT && h->fin)
     return ev->on_message ? ev->on_message(ud, h->op, pl, (size_t)h->len) : 0;
-  if (h->op != QIM_WSC_OP_CONT) p->msg_op_ = h->op;
+  if (h->op != QIM_WS_OP_CONT) p->msg_op_ = h->op;
   int rc = msg_append(p, pl, (size_t)h->len);
   if (rc || !h->fin) return rc;
   int op = p->msg_op_;

@@ -6,7 +6,7 @@
  *
  * src/gateway/ws.h is the server side: its parser insists on masked frames, so clients
  * need this small mirror image. Only the Sec-WebSocket-Accept computation is shared
- * (qim_wskey_accept from core), so the client does not depend on the gateway.
+ * (qim_websocket_accept from core), so the client does not depend on the gateway.
  */
 #ifndef QIM_CLIENT_WSC_H
 #define QIM_CLIENT_WSC_H
@@ -15,14 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum {
-  QIM_WSC_OP_CONT = 0x0,
-  QIM_WSC_OP_TEXT = 0x1,
-  QIM_WSC_OP_BINARY = 0x2,
-  QIM_WSC_OP_CLOSE = 0x8,
-  QIM_WSC_OP_PING = 0x9,
-  QIM_WSC_OP_PONG = 0xA,
-};
+#include "qim/websocket.h"
 
 /* Largest client frame header: 2 bytes + 64-bit length + 4-byte mask. */
 #define QIM_WSC_MAX_HEADER 14

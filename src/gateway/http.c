@@ -19,7 +19,7 @@
 
 #include "qim/err.h"
 #include "qim/mem.h"
-#include "qim/wskey.h"
+#include "qim/websocket.h"
 
 #define UNSEEN UINT32_MAX
 
@@ -396,12 +396,12 @@ char *qim_http_format_response(int status, const char *content_type, const char 
 }
 
 char *qim_http_format_switching(const char *key, size_t *len) {
-  char accept[QIM_WSKEY_ACCEPT_LEN + 1];
-  qim_wskey_accept(key, accept);
+  char accept[QIM_WS_ACCEPT_LEN + 1];
+  qim_websocket_accept(key, accept);
   static const char fmt[] =
       "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
       "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n";
-  size_t cap = sizeof fmt + QIM_WSKEY_ACCEPT_LEN;
+  size_t cap = sizeof fmt + QIM_WS_ACCEPT_LEN;
   char *out = qim_malloc(cap);
   int n = snprintf(out, cap, fmt, accept);
   *len = (size_t)n;

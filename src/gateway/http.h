@@ -114,7 +114,7 @@ int qim_http_upgrade_status(const qim_http_request *r);
 /* True when `key` is base64 of exactly 16 bytes (RFC 6455 §4.1). */
 bool qim_http_ws_key_valid(const char *key);
 
-/* The Sec-WebSocket-Accept for a client key is qim_wskey_accept (qim/wskey.h). */
+/* The Sec-WebSocket-Accept for a client key is qim_websocket_accept (qim/websocket.h). */
 
 /* Standard reason phrase ("Not Found"); "Unknown" for codes qim never sends. */
 const char *qim_http_reason(int status);

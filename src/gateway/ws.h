@@ -24,28 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Opcodes (RFC 6455 §5.2). */
-enum {
-  QIM_WS_OP_CONT = 0x0,
-  QIM_WS_OP_TEXT = 0x1,
-  QIM_WS_OP_BINARY = 0x2,
-  QIM_WS_OP_CLOSE = 0x8,
-  QIM_WS_OP_PING = 0x9,
-  QIM_WS_OP_PONG = 0xA,
-};
-
-/* Close codes (RFC 6455 §7.4.1) that qim sends or reports. */
-enum {
-  QIM_WS_CLOSE_NORMAL = 1000,
-  QIM_WS_CLOSE_GOING_AWAY = 1001,   /* server shutdown, idle timeout */
-  QIM_WS_CLOSE_PROTOCOL = 1002,     /* framing violation */
-  QIM_WS_CLOSE_NO_STATUS = 1005,    /* reported when the peer's close had no code; never sent */
-  QIM_WS_CLOSE_ABNORMAL = 1006,     /* reported when TCP ended without a close; never sent */
-  QIM_WS_CLOSE_INVALID_DATA = 1007, /* text that is not UTF-8 */
-  QIM_WS_CLOSE_POLICY = 1008,       /* slow consumer */
-  QIM_WS_CLOSE_TOO_BIG = 1009,      /* message above the configured limit */
-  QIM_WS_CLOSE_INTERNAL = 1011,     /* out of memory while reassembling */
-};
+#include "qim/websocket.h"
 
 /* Largest server frame header: 2 bytes + 64-bit length (servers never mask). */
 #define QIM_WS_MAX_HEADER 10

@@ -21,7 +21,7 @@
 #include "fuzz.h"
 #include "gateway/http.h"
 #include "qim/err.h"
-#include "qim/wskey.h"
+#include "qim/websocket.h"
 
 typedef struct limits {
   size_t max_header, max_body;
@@ -58,9 +58,9 @@ static void check_upgrade(const qim_http_request *r) {
              strcmp(r->header[QIM_HTTP_H_WS_VERSION], "13") == 0);
   const char *key = r->header[QIM_HTTP_H_WS_KEY];
   FUZZ_CHECK(key && qim_http_ws_key_valid(key) && strlen(key) == 24);
-  char accept[QIM_WSKEY_ACCEPT_LEN + 1];
-  qim_wskey_accept(key, accept);
-  FUZZ_CHECK(strlen(accept) == QIM_WSKEY_ACCEPT_LEN && accept[27] == '=');
+  char accept[QIM_WS_ACCEPT_LEN + 1];
+  qim_websocket_accept(key, accept);
+  FUZZ_CHECK(strlen(accept) == QIM_WS_ACCEPT_LEN && accept[27] == '=');
   size_t len;
   char *resp = qim_http_format_switching(key, &len);
   FUZZ_CHECK(strlen(resp) == len && strncmp(resp, "HTTP/1.1 101 ", 13) == 0);

@@ -91,7 +91,7 @@ static int send_frame(qim_bench_conn *c, int opcode, const void *data, size_t le
 }
 
 int qim_bench_conn_send_text(qim_bench_conn *c, const char *data, size_t len) {
-  return send_frame(c, QIM_WSC_OP_TEXT, data, len);
+  return send_frame(c, QIM_WS_OP_TEXT, data, len);
 }
 
 /* ---- frames in --------------------------------------------------------------------------------
@@ -99,16 +99,16 @@ int qim_bench_conn_send_text(qim_bench_conn *c, const char *data, size_t len) {
 
 static int on_message(void *ud, int opcode, const uint8_t *data, size_t len) {
   qim_bench_conn *c = ud;
-  if (opcode == QIM_WSC_OP_TEXT && c->state == ST_OPEN) c->cbs->on_text(c, (const char *)data, len);
+  if (opcode == QIM_WS_OP_TEXT && c->state == ST_OPEN) c->cbs->on_text(c, (const char *)data, len);
   return c->state == ST_OPEN ? 0 : 1; /* stop once the owner closed us */
 }
 
 static int on_control(void *ud, int opcode, const uint8_t *data, size_t len) {
   qim_bench_conn *c = ud;
-  if (opcode == QIM_WSC_OP_PING) {
-    send_frame(c, QIM_WSC_OP_PONG, data, len);
-  } else if (opcode == QIM_WSC_OP_CLOSE) {
-    int code = len >= 2 ? (data[0] << 8) | data[1] : 1005;
+  if (opcode == QIM_WS_OP_PING) {
+    send_frame(c, QIM_WS_OP_PONG, data, len);
+  } else if (opcode == QIM_WS_OP_CLOSE) {
+    int code = len >= 2 ? (data[0] << 8) | data[1] : QIM_WS_CLOSE_NO_STATUS;
     end(c, QIM_BENCH_END_PEER_CLOSE, code);
     return 1;
   }

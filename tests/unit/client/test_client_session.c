@@ -24,7 +24,7 @@
 #include "qim/client.h"
 #include "qim/err.h"
 #include "qim/ids.h"
-#include "qim/wskey.h"
+#include "qim/websocket.h"
 #include "testsupport.h"
 
 /* ---- the scripted server ------------------------------------------------------------------- */
@@ -90,9 +90,9 @@ static int handshake(fake *f) {
   req[n] = '\0';
   char *k = strstr(req, "Sec-WebSocket-Key: ");
   if (!k) return -1;
-  char key[25] = {0}, accept[QIM_WSKEY_ACCEPT_LEN + 1];
+  char key[25] = {0}, accept[QIM_WS_ACCEPT_LEN + 1];
   memcpy(key, k + 19, 24);
-  qim_wskey_accept(key, accept);
+  qim_websocket_accept(key, accept);
   char ans[256];
   int an =
       snprintf(ans, sizeof ans,

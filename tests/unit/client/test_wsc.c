@@ -102,7 +102,7 @@ static void test_client_frames_of_every_length_form_parse_on_the_gateway(void **
   static uint8_t payload[70000], out[70000 + QIM_WSC_MAX_HEADER];
   for (size_t i = 0; i < sizeof payload; i++) payload[i] = (uint8_t)('a' + i % 26);
   for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-    size_t n = qim_wsc_encode(out, QIM_WSC_OP_TEXT, payload, sizes[s], 0xA1B2C3D4u + (uint32_t)s);
+    size_t n = qim_wsc_encode(out, QIM_WS_OP_TEXT, payload, sizes[s], 0xA1B2C3D4u + (uint32_t)s);
     size_t hdr = sizes[s] < 126 ? 6 : sizes[s] <= 0xFFFF ? 8 : 14;
     assert_int_equal(n, hdr + sizes[s]);
     static srv_got g;
@@ -119,7 +119,7 @@ static void test_client_frames_of_every_length_form_parse_on_the_gateway(void **
 static void test_client_frames_are_masked(void **state) {
   (void)state;
   uint8_t out[64];
-  size_t n = qim_wsc_encode(out, QIM_WSC_OP_TEXT, "hello", 5, 0x01020304u);
+  size_t n = qim_wsc_encode(out, QIM_WS_OP_TEXT, "hello", 5, 0x01020304u);
   assert_int_equal(n, 11);
   assert_int_equal(out[0], 0x81);
   assert_int_equal(out[1], 0x80 | 5);
@@ -149,7 +149,7 @@ static void test_gateway_frames_parse_whole_and_byte_by_byte(void **state) {
     assert_int_equal(g.n_ctl, 1);
     assert_int_equal(g.len[0], 11);
     assert_memory_equal(g.data[0], "{\"ctrl\":{}}", 11);
-    assert_int_equal(g.op[1], QIM_WSC_OP_PING);
+    assert_int_equal(g.op[1], QIM_WS_OP_PING);
     assert_int_equal(g.len[2], sizeof big);
     assert_memory_equal(g.data[2], big, 1024);
     assert_int_equal(g.len[3], 0);
@@ -166,7 +166,7 @@ static void test_fragments_are_reassembled_around_a_control_frame(void **state) 
     assert_int_equal(feed(buf, sizeof buf, step, 100, &g), 0);
     assert_int_equal(g.n_ctl, 1);
     assert_int_equal(g.n_msg, 1);
-    assert_int_equal(g.op[1], QIM_WSC_OP_TEXT);
+    assert_int_equal(g.op[1], QIM_WS_OP_TEXT);
     assert_int_equal(g.len[1], 5);
     assert_memory_equal(g.data[1], "Hello", 5);
   }

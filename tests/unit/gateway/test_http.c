@@ -9,7 +9,7 @@
 #include "gateway/http.h"
 #include "qim/err.h"
 #include "qim/mem.h"
-#include "qim/wskey.h"
+#include "qim/websocket.h"
 #include "testsupport.h"
 
 #define KEY "dGhlIHNhbXBsZSBub25jZQ=="
@@ -43,8 +43,8 @@ static int parse(qim_http_parser *p, const char *req, size_t len, size_t step,
 
 static void test_accept_key_matches_rfc_example(void **state) {
   (void)state;
-  char out[QIM_WSKEY_ACCEPT_LEN + 1];
-  qim_wskey_accept(KEY, out);
+  char out[QIM_WS_ACCEPT_LEN + 1];
+  qim_websocket_accept(KEY, out);
   assert_string_equal(out, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
 }
 

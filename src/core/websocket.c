@@ -1,11 +1,11 @@
-/* wskey.c — the Sec-WebSocket-Accept computation of RFC 6455 §4.2.2 (see qim/wskey.h). */
-#include "qim/wskey.h"
+/* websocket.c — the Sec-WebSocket-Accept computation of RFC 6455 §4.2.2 (see qim/websocket.h). */
+#include "qim/websocket.h"
 
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 
-void qim_wskey_accept(const char *key, char out[QIM_WSKEY_ACCEPT_LEN + 1]) {
+void qim_websocket_accept(const char *key, char out[QIM_WS_ACCEPT_LEN + 1]) {
   static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
   char buf[128];
   size_t kl = strnlen(key, sizeof buf - sizeof guid);
