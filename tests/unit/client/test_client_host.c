@@ -1,6 +1,7 @@
 /*
  * test_client_host.c — embedding the client runtime (include/qim/client.h) without a
- * server: the configuration a host may not ask for (ClientHostError), a runtime that
+ * server: the configuration a host may not ask for (ClientHostError: among them a store
+ * scope that is missing, not a directory, or not writable), a runtime that
  * cannot start, calls that need a connection first, and the bounded event queue: full,
  * it holds events back rather than dropping them, and a host that stops draining gets
  * EventExportFailed.
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,6 +73,43 @@ static void test_persistent_scope_missing_or_not_a_directory_is_stable_path_unav
   char db[600];
   snprintf(db, sizeof db, "%s/qimclient.db", dir);
   assert_int_equal(access(db, F_OK), 0);
+  qim_test_rmtree(dir);
+}
+
+/* In a child that cannot write `ro` (root drops to nobody first, since root writes any
+ * directory): 0 when `ro` is refused as StablePathUnavailable while `rw`, a directory it
+ * can write beside it, opens; what went otherwise, as an exit status. */
+static int child_scope_check(char *ro, char *rw) {
+  if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) return 10;
+  struct stat st;
+  if (stat(ro, &st) != 0 || !S_ISDIR(st.st_mode)) return 11; /* only writing is denied */
+  qim_client_config cfg = memory_config("ws://127.0.0.1:1");
+  cfg.store = (qim_local_store_location){.scope = ro, .mode = QIM_LOCAL_STORE_MODE_PERSISTENT};
+  qim_client *c = NULL;
+  if (qim_client_open(&cfg, &c) != QIM_E_HOST_STABLE_PATH_UNAVAILABLE || c) return 12;
+  cfg.store.scope = rw;
+  if (qim_client_open(&cfg, &c) != 0) return 13;
+  qim_client_close(c);
+  return 0;
+}
+
+static void test_persistent_scope_not_writable_is_stable_path_unavailable(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("client-scope");
+  char ro[512], rw[512];
+  snprintf(ro, sizeof ro, "%s/ro", dir);
+  snprintf(rw, sizeof rw, "%s/rw", dir);
+  assert_int_equal(mkdir(ro, 0555), 0);
+  assert_int_equal(mkdir(rw, 0777), 0);
+  assert_int_equal(chmod(rw, 0777), 0); /* past the umask: nobody writes it */
+  assert_int_equal(chmod(dir, 0755), 0); /* nobody may look inside */
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) _exit(child_scope_check(ro, rw));
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
   qim_test_rmtree(dir);
 }
 
@@ -203,6 +242,7 @@ static void test_host_that_stops_draining_gets_event_export_failed_once(void **s
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_persistent_scope_missing_or_not_a_directory_is_stable_path_unavailable),
+      cmocka_unit_test(test_persistent_scope_not_writable_is_stable_path_unavailable),
       cmocka_unit_test(test_in_memory_store_when_host_requires_persistent_is_refused),
       cmocka_unit_test(test_tls_url_and_host_names_are_unsupported_capabilities),
       cmocka_unit_test(test_runtime_that_cannot_create_its_loop_is_runtime_start_failed),
