@@ -69,6 +69,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "qim/clock.h"
+
 #define TMPFS_MAGIC 0x01021994ul
 #define RAMFS_MAGIC 0x858458f6ul
 #define MAX_RATES 16
@@ -225,14 +227,6 @@ typedef struct fairlock {
   pthread_cond_t cv;
   uint64_t next, serving;
 } fairlock;
-
-static void cond_init_mono(pthread_cond_t *cv) {
-  pthread_condattr_t a;
-  pthread_condattr_init(&a);
-  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(cv, &a);
-  pthread_condattr_destroy(&a);
-}
 
 static void fair_lock(fairlock *l) {
   double give_up = now_s() + LOCK_WAIT_MAX_S;
@@ -1151,10 +1145,10 @@ static void bench_init(bench *b, const config *cfg, int shape) {
   if (!b->uid) die("out of memory");
   for (int f = 0; f < NFILES; f++) {
     pthread_mutex_init(&b->wl[f].mu, NULL);
-    cond_init_mono(&b->wl[f].cv);
+    qim_cond_init_monotonic(&b->wl[f].cv);
     b->wf[f].b = b;
     b->wf[f].file = f;
-    cond_init_mono(&b->wf[f].cv);
+    qim_cond_init_monotonic(&b->wf[f].cv);
   }
   pthread_mutex_init(&b->mu, NULL);
   /* Steps, drains, pauses, and a margin for the setup and the last merge. */
