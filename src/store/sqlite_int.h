@@ -17,6 +17,10 @@
 #define QIM_STORE_SQLITE_INT_H
 
 #include <pthread.h>
+/* The pre-update hook's declarations (Debian's library is built with it: sqlite_capture.c). */
+#ifndef SQLITE_ENABLE_PREUPDATE_HOOK
+#define SQLITE_ENABLE_PREUPDATE_HOOK 1
+#endif
 #include <sqlite3.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -441,6 +445,30 @@ void sq_pcache_counts(uint64_t *all, uint64_t *walked);
 /* sqlite_schema.c: fills the fields of `shards` left 0 from the database's own layout,
  * or with QIM_STORE_DEFAULT_* when it has none yet (a new file). */
 int sq_schema_layout(sq_conn *c, qim_shard_config *shards);
+
+/* ---- sqlite_capture.c: a transaction's row changes as bytes, applied again -------------- */
+
+typedef struct sq_capture sq_capture;
+typedef struct sq_replay sq_replay;
+/* Starts recording every row change on `db` (its pre-update hook) against the tables its
+ * schema has now: 0 or -errno. sq_capture_free removes the hook. */
+int sq_capture_new(sqlite3 *db, sq_capture **out);
+void sq_capture_free(sq_capture *cap);
+/* The connection's owner tells the capture about its savepoints, so what a ROLLBACK TO
+ * undoes leaves the bytes too (the hook has already seen it). NULL does nothing. */
+void sq_capture_savepoint(sq_capture *cap);
+void sq_capture_release(sq_capture *cap);
+void sq_capture_rollback_to(sq_capture *cap);
+/* Empties it: the transaction rolled back, or its bytes were taken. */
+void sq_capture_clear(sq_capture *cap);
+/* The bytes so far: 0, or -EPROTO when a change could not be recorded (a table or column
+ * that appeared after sq_capture_new, or savepoints nested too deep). */
+int sq_capture_bytes(const sq_capture *cap, const uint8_t **p, size_t *n);
+/* Applies captured bytes on `db` (same schema), in the caller's transaction: 0, -EINVAL
+ * for bytes that do not decode, or -errno. */
+int sq_replay_new(sqlite3 *db, sq_replay **out);
+int sq_replay_apply(sq_replay *y, const uint8_t *p, size_t n);
+void sq_replay_free(sq_replay *y);
 
 /* sqlite.c: schema creation and migrations on the writer connection. */
 int sq_schema_migrate(sq_conn *c, const qim_shard_config *shards);
