@@ -472,6 +472,7 @@ static run_result run_op(sq_conn *c, qim_store_req *r) {
   uint64_t t0 = sq_now_ns();
   r->error = (qim_error){0};
   if (c->op_savepoints && exec_cached(c, "SAVEPOINT op")) return RUN_LOST;
+  if (c->op_savepoints) sq_capture_savepoint(c->st->mem.cap);
   sqlite3_int64 changes = sqlite3_total_changes64(c->db);
   c->redo = false;
   int status = op->exec(c, r);
@@ -483,11 +484,15 @@ static run_result run_op(sq_conn *c, qim_store_req *r) {
   }
   if (status == 0) {
     r->status = 0;
-    return !c->op_savepoints || exec_cached(c, "RELEASE op") == 0 ? RUN_OK : RUN_LOST;
+    if (!c->op_savepoints) return RUN_OK;
+    sq_capture_release(c->st->mem.cap);
+    return exec_cached(c, "RELEASE op") == 0 ? RUN_OK : RUN_LOST;
   }
   r->status = domain_status(status, op->unavailable);
   if (!c->op_savepoints)
     return c->redo || sqlite3_total_changes64(c->db) != changes ? RUN_REDO : RUN_OK;
+  sq_capture_rollback_to(c->st->mem.cap);
+  sq_capture_release(c->st->mem.cap);
   if (exec_cached(c, "ROLLBACK TO op") || exec_cached(c, "RELEASE op")) return RUN_LOST;
   return sqlite3_get_autocommit(c->db) ? RUN_LOST : RUN_OK;
 }
@@ -506,6 +511,7 @@ static run_result run_ops(sq_conn *c, qim_store_req *r, size_t *ran, qim_store_r
 /* The batch again from its start, each operation under a savepoint (see "Savepoints"). */
 static run_result redo(sq_store *st, sq_conn *c, qim_store_req *list, size_t *ran) {
   atomic_fetch_add_explicit(&st->stats.redos, 1, memory_order_relaxed);
+  sq_capture_clear(st->mem.cap);
   if (exec_cached(c, "ROLLBACK")) return RUN_LOST;
   for (qim_store_req *r = list; r; r = r->next_) {
     const sq_op *op = ops[r->op_];
@@ -592,9 +598,14 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
     if (st->opt.before_commit) st->opt.before_commit(st->opt.hook_ctx);
     uint64_t t0 = sq_now_ns();
     commit = sq_sync_commit_begin(st);
-    if (exec_cached(c, "COMMIT") != 0) {
+    if ((st->mem.on && sq_memory_before_commit(c) != 0) || exec_cached(c, "COMMIT") != 0) {
       commit_failed = true;
       ok = false;
+    } else if (st->mem.on && sq_memory_after_commit(st) != 0) {
+      /* Committed in memory but not journaled: nothing may be answered as durable again. */
+      QIM_LOGE(NULL, "store.sqlite.journal_failed", "commit=%llu: the store stops; reopen it",
+               (unsigned long long)commit);
+      atomic_store_explicit(&st->sync.failed, true, memory_order_release);
     }
     sq_sync_commit_end(st, commit);
     atomic_fetch_add_explicit(&st->stats.commit_ns, sq_now_ns() - t0, memory_order_relaxed);
@@ -602,6 +613,7 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
   }
   if (!ok) {
     if (!sqlite3_get_autocommit(c->db)) exec_cached(c, "ROLLBACK");
+    sq_capture_clear(st->mem.cap);
     QIM_LOGE(NULL, "store.sqlite.batch_failed", "ops=%zu commit=%d msg=\"%s\"", n, commit_failed,
              sqlite3_errmsg(c->db));
     fail_batch(list, ran, commit_failed);
@@ -662,6 +674,7 @@ static uint64_t mono_ms(void) { return sq_now_ns() / 1000000u; }
 void sq_note_erase(sq_conn *c) {
   sq_store *st = c->st;
   if (c != &st->wconn) return;
+  if (st->mem.on) sq_memory_note_erase(st);
   st->erase_generation = SQ_ERASE_UNPLACED; /* its COMMIT will say which run holds it */
   if (st->erase_pending) return; /* the bound runs from the oldest erase not yet wiped */
   st->erase_pending = true;
@@ -1021,10 +1034,12 @@ static void store_close(qim_store *s) {
   for (uint32_t i = 0; i < st->reader_count; i++) pthread_join(st->readers[i], NULL);
   sq_sync_stop(st); /* after every COMMIT and read: it answers what still waits */
   sq_ckpt_stop(st);
+  sq_memory_stop(st);
   for (uint32_t i = 0; i < st->opt.reader_threads; i++) sq_conn_close(&st->rconns[i]);
   inline_close_all(st);
   pthread_mutex_destroy(&st->inline_mu);
   sq_conn_close(&st->wconn); /* the last connection checkpoints and removes the WAL */
+  sq_memory_free(st);
   queue_destroy(&st->wq);
   queue_destroy(&st->rq);
   qim_free(st->readers);
@@ -1081,19 +1096,32 @@ static const qim_store_vtable sqlite_vtable = {
     .close = store_close,
 };
 
-/* "PATH" or "PATH?max_page_count=N" (a size cap, used by tests to provoke SQLITE_FULL). */
-static int parse_location(const char *loc, sq_store *st) {
+/* "PATH", then "?" and "&"-separated parameters: max_page_count=N (a size cap, used by
+ * tests to provoke SQLITE_FULL), memory=DIR (store-memory mode, sqlite_memory.c; *memdir
+ * is then a copy the caller frees). */
+static int parse_location(const char *loc, sq_store *st, char **memdir) {
   const char *q = strchr(loc, '?');
   st->path = q ? qim_strndup(loc, (size_t)(q - loc)) : qim_strdup(loc);
   if (!*st->path) return -EINVAL;
-  if (!q) return 0;
-  const char *key = "max_page_count=";
-  if (strncmp(q + 1, key, strlen(key)) != 0) return -EINVAL;
-  char *end;
-  errno = 0;
-  long long v = strtoll(q + 1 + strlen(key), &end, 10);
-  if (errno || *end || v <= 0) return -EINVAL;
-  st->max_page_count = v;
+  while (q) {
+    const char *arg = q + 1, *next = strchr(arg, '&');
+    size_t len = next ? (size_t)(next - arg) : strlen(arg);
+    q = next;
+    static const char pages[] = "max_page_count=", memory[] = "memory=";
+    if (len > strlen(memory) && strncmp(arg, memory, strlen(memory)) == 0 && !*memdir) {
+      *memdir = qim_strndup(arg + strlen(memory), len - strlen(memory));
+      continue;
+    }
+    if (len <= strlen(pages) || strncmp(arg, pages, strlen(pages)) != 0) return -EINVAL;
+    char num[24], *end;
+    if (len - strlen(pages) >= sizeof num) return -EINVAL;
+    memcpy(num, arg + strlen(pages), len - strlen(pages));
+    num[len - strlen(pages)] = 0;
+    errno = 0;
+    long long v = strtoll(num, &end, 10);
+    if (errno || *end || v <= 0) return -EINVAL;
+    st->max_page_count = v;
+  }
   return 0;
 }
 
@@ -1137,8 +1165,10 @@ static void open_fail(sq_store *st, bool threads) {
   }
   sq_sync_stop(st);
   sq_ckpt_stop(st);
+  sq_memory_stop(st);
   for (uint32_t i = 0; st->rconns && i < st->opt.reader_threads; i++) sq_conn_close(&st->rconns[i]);
   sq_conn_close(&st->wconn);
+  sq_memory_free(st);
   queue_destroy(&st->wq);
   queue_destroy(&st->rq);
   pthread_mutex_destroy(&st->inline_mu);
@@ -1162,11 +1192,16 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
     qim_free(st);
     return rc;
   }
-  rc = parse_location(location, st);
+  char *memdir = NULL;
+  rc = parse_location(location, st, &memdir);
+  if (rc == 0 && memdir) rc = sq_memory_prepare(st, memdir);
+  qim_free(memdir);
   if (rc == 0) rc = sq_conn_open(st, &st->wconn, true);
   if (rc == 0) rc = wal_size_limit(st);
   if (rc == 0) rc = sq_schema_layout(&st->wconn, &st->opt.shards);
   if (rc == 0) rc = sq_schema_migrate(&st->wconn, &st->opt.shards);
+  if (rc == 0 && st->mem.on) rc = sq_memory_replay(st);
+  if (rc == 0 && st->mem.on) rc = sq_memory_start(st);
   if (rc == 0 && opt->layout_out) *opt->layout_out = st->opt.shards;
   if (rc == 0)
     st->unsettled = qim_calloc((size_t)st->opt.shards.shard_count * st->opt.shards.lanes_per_shard,

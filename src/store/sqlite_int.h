@@ -167,6 +167,22 @@ typedef struct sq_sync {
   sq_sync_wait *head, *tail;
 } sq_sync;
 
+/* Store-memory mode (sqlite_memory.c): the journal, its segments and the snapshot thread. */
+typedef struct sq_memory {
+  bool on, inited;
+  char *base;              /* the snapshot on the disk (the location's path) */
+  char *live;              /* the database in the memory directory */
+  char *jdir;              /* base + "-journal": the segments */
+  struct sq_capture *cap;  /* the writer's batch, as row changes */
+  uint64_t position;       /* writer: the last batch journaled */
+  pthread_mutex_t mu;      /* the fields below */
+  pthread_cond_t cv;       /* a snapshot is due, or closing */
+  int jfd, prev_fd;        /* the segment written; one cut, which the syncer syncs first */
+  uint64_t position_written, since_snapshot, snapshot_bytes;
+  bool snap_due, snap_closing, snap_started;
+  pthread_t snap_thread;
+} sq_memory;
+
 #define SQ_ERASE_UNPLACED UINT64_MAX
 
 struct sq_store {
@@ -195,6 +211,7 @@ struct sq_store {
   uint32_t wal_frame_bytes; /* a WAL frame: 24-byte header + one page */
   sq_ckpt ckpt;
   sq_sync sync;
+  sq_memory mem;
   uint32_t linger_gain, linger_skipped; /* writer thread only: see linger() in sqlite.c */
   /* Writer thread only: what each (shard, lane) wrote since it last settled, in lane
    * order (sqlite_mailbox.c); a trigger, not a record: it starts at 0 on open. */
@@ -469,6 +486,29 @@ int sq_capture_bytes(const sq_capture *cap, const uint8_t **p, size_t *n);
 int sq_replay_new(sqlite3 *db, sq_replay **out);
 int sq_replay_apply(sq_replay *y, const uint8_t *p, size_t n);
 void sq_replay_free(sq_replay *y);
+
+/* ---- sqlite_memory.c: store-memory mode ------------------------------------------------- */
+
+/* Opening: the snapshot at st->path copied into `memdir`, st->path now the copy there. */
+int sq_memory_prepare(sq_store *st, const char *memdir);
+/* After the schema's migrations: the journal's records above the snapshot applied. */
+int sq_memory_replay(sq_store *st);
+/* Capture on the writer's connection, the first segment, the snapshot thread. */
+int sq_memory_start(sq_store *st);
+/* The writer, inside a batch's transaction just before its COMMIT (the batch's position
+ * into `meta`), and after a COMMIT that succeeded (its record appended): 0 or -errno. */
+int sq_memory_before_commit(sq_conn *c);
+int sq_memory_after_commit(sq_store *st);
+/* The syncer: makes every record written so far durable. 0 or -errno. */
+int sq_memory_sync(sq_store *st);
+/* An erase: a snapshot soon, so the segments holding the erased content go. */
+void sq_memory_note_erase(sq_store *st);
+/* One snapshot now (the snapshot thread; tests). */
+int sq_memory_snapshot(sq_store *st);
+void *sq_memory_snapshot_main(void *arg);
+/* Closing: the thread and the capture (before the connections close), then the rest. */
+void sq_memory_stop(sq_store *st);
+void sq_memory_free(sq_store *st);
 
 /* sqlite.c: schema creation and migrations on the writer connection. */
 int sq_schema_migrate(sq_conn *c, const qim_shard_config *shards);

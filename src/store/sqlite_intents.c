@@ -472,7 +472,10 @@ static int commit_in_reserve(sq_conn *c, qim_store_intent_reserve_req *r, const 
   sqlite3_stmt *sp = sq_prep(c, "SAVEPOINT reserve_commit");
   if (!sp) return sq_last_error(c);
   if ((rc = sq_run(c, sp))) return rc;
+  sq_capture_savepoint(c->st->mem.cap);
   int steps = commit_steps(c, r, hash);
+  if (steps) sq_capture_rollback_to(c->st->mem.cap);
+  sq_capture_release(c->st->mem.cap);
   sq_reset_used(c);
   sqlite3_stmt *end = sq_prep(c, steps ? "ROLLBACK TO reserve_commit" : "RELEASE reserve_commit");
   if (!end || (rc = sq_run(c, end))) return end ? rc : sq_last_error(c);

@@ -81,7 +81,9 @@ static void sync_to(sq_store *st, uint64_t target) {
   sq_sync *y = &st->sync;
   pthread_mutex_unlock(&y->mu);
   uint64_t t0 = sq_now_ns();
-  int rc = y->wal->pMethods->xSync(y->wal, SQLITE_SYNC_NORMAL);
+  /* Store-memory mode: the journal is what the disk holds; the WAL is in memory. */
+  int rc = st->mem.on ? (sq_memory_sync(st) ? SQLITE_IOERR_FSYNC : SQLITE_OK)
+                      : y->wal->pMethods->xSync(y->wal, SQLITE_SYNC_NORMAL);
   atomic_fetch_add_explicit(&st->stats.sync_ns, sq_now_ns() - t0, memory_order_relaxed);
   atomic_fetch_add_explicit(&st->stats.syncs, 1, memory_order_relaxed);
   if (rc != SQLITE_OK)
@@ -122,7 +124,7 @@ int sq_sync_start(sq_store *st) {
   pthread_cond_init(&y->cv, NULL);
   pthread_cond_init(&y->room, NULL);
   y->inited = true;
-  int rc = sq_vfs_sync_open(st->wconn.db, &y->wal);
+  int rc = st->mem.on ? SQLITE_OK : sq_vfs_sync_open(st->wconn.db, &y->wal);
   if (rc != SQLITE_OK) {
     QIM_LOGW(NULL, "store.sqlite.syncer", "rc=%d: no handle on the WAL, COMMITs sync themselves",
              rc);

@@ -14,7 +14,7 @@
 // The checker verifies what needs the mailboxes; this file verifies the acks (one seq per
 // cmid, stable across retries) and the history it read.
 //
-// node crash_load.js --qimd PATH --checker PATH [--kills N] [--clients N] [--window N]
+// node crash_load.js --qimd PATH --checker PATH [--kills N] [--clients N] [--window N] [--memory]
 //                    [--min-inflight N] [--seed N] [--keep]
 'use strict';
 
@@ -39,6 +39,7 @@ function parse(argv) {
     else if (a === '--min-inflight') o.minInflight = Number(v());
     else if (a === '--seed') o.seed = Number(v());
     else if (a === '--keep') o.keep = true;
+    else if (a === '--memory') o.memory = true;
     else throw new Error(`unknown argument ${a}`);
   }
   o.qimd = o.qimd || process.env.QIMD;
@@ -344,6 +345,14 @@ async function main() {
   // Two shards of two lanes (a new store gets one of one): the kills then land between
   // dispatches of one message to several shards and lanes, which the checker must see whole.
   const q = new Qimd(o.qimd, [...lifted, '--shard-count', '2', '--lanes-per-shard', '2']);
+  // --memory: the store in memory mode (the database in a tmpfs directory, a journal on the
+  // disk); every restart after a kill finds that directory emptied, as after a power loss.
+  const memdir = o.memory ? fs.mkdtempSync('/dev/shm/qim-crash-') : null;
+  const storeUrl = `sqlite:${path.join(q.dir, 'data', 'qim.db')}` + (memdir ? `?memory=${memdir}` : '');
+  if (memdir) q.extraArgs.push('--store', storeUrl);
+  const emptyMemory = () => {
+    for (const f of memdir ? fs.readdirSync(memdir) : []) fs.rmSync(path.join(memdir, f), { force: true });
+  };
   const clients = Array.from({ length: o.clients }, (_, i) => new Client(i, `crash${i}`, o.window));
   let ok = false;
   try {
@@ -354,6 +363,7 @@ async function main() {
     // line in qimd.stderr as a sign that this start got that far.
     const restart = async (k) => {
       fs.renameSync(q.stderrPath, `${q.stderrPath}.${k}`);
+      emptyMemory();
       await q.start();
     };
     for (let k = 0; k < o.kills; k++) {
@@ -368,7 +378,8 @@ async function main() {
     assert.deepEqual(errors, [], 'the clients saw no wrong answer');
     const factsPath = path.join(q.dir, 'facts.txt');
     fs.writeFileSync(factsPath, facts.join('\n') + '\n');
-    const r = childProcess.spawnSync(o.checker, ['--store', `sqlite:${path.join(q.dir, 'data', 'qim.db')}`, '--facts', factsPath], { encoding: 'utf8' });
+    emptyMemory();
+    const r = childProcess.spawnSync(o.checker, ['--store', storeUrl, '--facts', factsPath], { encoding: 'utf8' });
     process.stdout.write(r.stdout);
     process.stderr.write(r.stderr);
     assert.equal(r.status, 0, 'the store checker found no violation');
@@ -381,6 +392,7 @@ async function main() {
   } finally {
     for (const c of clients) if (c.ws) c.ws.terminate();
     if (q.proc && !q.exit) await q.stop(2000);
+    if (memdir) fs.rmSync(memdir, { recursive: true, force: true });
     if (ok && !o.keep) q.removeDir();
     else console.log(`# data kept in ${q.dir}`);
   }

@@ -1,0 +1,511 @@
+/*
+ * sqlite_memory.c — store-memory mode: the live database in a memory-backed directory,
+ * made durable by a journal and snapshots on the disk (docs/store.md, "Next: the database
+ * in memory"). Chosen with `sqlite:PATH?memory=DIR`.
+ *
+ * On the disk, beside PATH:
+ * - PATH itself is the last snapshot: a whole database (no WAL), replaced by rename.
+ * - PATH-journal/ holds segments named by the position of their first record. Each writer
+ *   batch that committed is one record: magic, payload length, position, an 8-byte BLAKE3
+ *   of position and payload, and the payload, the batch's row changes (sqlite_capture.c).
+ *   The batch also wrote its position into `meta` ('journal_position'), so a snapshot knows
+ *   where it stands.
+ *
+ * What keeps "durable before acknowledged": the syncer fdatasyncs the journal (not the
+ * WAL, which lives in memory) before it answers a batch, in the order the segments were
+ * written. Opening never trusts what a killed process left in the memory directory (it
+ * may hold a batch the journal does not): it copies the snapshot there and applies every
+ * journal record above the snapshot's position, stopping at the first record that is torn.
+ *
+ * A snapshot (its own thread, once the journal has grown by max(32 MiB, a quarter of the
+ * database) or an erase is due): the writer's segment is cut first, so every record of the
+ * older segments is at or below the position the snapshot's read begins at; SQLite's backup
+ * copies one consistent read of the live database to PATH.tmp, which is synced and renamed
+ * over PATH; then the older segments are removed.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "blake3.h"
+#include "qim/log.h"
+#include "qim/mem.h"
+#include "store/sqlite_int.h"
+
+#define RECORD_MAGIC 0x514a3031u /* "QJ01" */
+#define RECORD_HEAD 24           /* magic u32, length u32, position u64, check u64 */
+#define SNAPSHOT_MIN_BYTES (32u << 20)
+
+/* ---- paths and files ------------------------------------------------------------------------ */
+
+static char *path_join(const char *a, const char *b) {
+  size_t n = strlen(a) + strlen(b) + 2;
+  char *p = qim_malloc(n);
+  snprintf(p, n, "%s%s", a, b);
+  return p;
+}
+
+static char *segment_path(const sq_memory *m, uint64_t first) {
+  char name[40];
+  snprintf(name, sizeof name, "/%020" PRIu64, first);
+  return path_join(m->jdir, name);
+}
+
+static int sync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  int rc = fsync(fd) ? -errno : 0;
+  close(fd);
+  return rc;
+}
+
+static int copy_file(const char *from, const char *to) {
+  int in = open(from, O_RDONLY | O_CLOEXEC), out = -1;
+  if (in < 0) return -errno;
+  out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int rc = out < 0 ? -errno : 0;
+  static __thread char buf[1 << 16];
+  for (ssize_t n; rc == 0 && (n = read(in, buf, sizeof buf)) != 0;) {
+    if (n < 0 || write(out, buf, (size_t)n) != n) rc = n < 0 ? -errno : -EIO;
+  }
+  close(in);
+  if (out >= 0) close(out);
+  return rc;
+}
+
+static void record_check(uint64_t position, const uint8_t *p, size_t n, uint8_t out[8]) {
+  blake3_hasher h;
+  blake3_hasher_init(&h);
+  uint8_t pos[8];
+  for (int i = 0; i < 8; i++) pos[i] = (uint8_t)(position >> (8 * i));
+  blake3_hasher_update(&h, pos, 8);
+  blake3_hasher_update(&h, p, n);
+  blake3_hasher_finalize(&h, out, 8);
+}
+
+static void put32(uint8_t *b, uint32_t v) {
+  for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *b, uint64_t v) {
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_le(const uint8_t *b, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++) v |= (uint64_t)b[i] << (8 * i);
+  return v;
+}
+
+/* ---- opening: the snapshot into memory, then the journal above it --------------------------- */
+
+/* A live path of the memory directory that names this database, so two stores never share one. */
+static char *live_path(const char *memdir, const char *base) {
+  uint8_t h[8];
+  blake3_hasher hs;
+  blake3_hasher_init(&hs);
+  char *real = realpath(base, NULL);
+  const char *name = real ? real : base;
+  blake3_hasher_update(&hs, name, strlen(name));
+  blake3_hasher_finalize(&hs, h, sizeof h);
+  free(real);
+  char tail[48];
+  snprintf(tail, sizeof tail, "/qim-%016" PRIx64 ".db", get_le(h, 8));
+  return path_join(memdir, tail);
+}
+
+static void remove_live(const char *live) {
+  static const char *const suffix[] = {"", "-wal", "-shm", "-journal"};
+  for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+    char *p = path_join(live, suffix[i]);
+    unlink(p);
+    qim_free(p);
+  }
+}
+
+/* A base that a disk-mode store left with a WAL beside it is folded first. */
+static int fold_base(const char *base) {
+  char *wal = path_join(base, "-wal");
+  bool has_wal = access(wal, F_OK) == 0;
+  qim_free(wal);
+  if (!has_wal) return 0;
+  sqlite3 *db;
+  int rc = sqlite3_open_v2(base, &db, SQLITE_OPEN_READWRITE, NULL);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE;", NULL,
+                      NULL, NULL);
+  sqlite3_close(db);
+  return rc == SQLITE_OK ? 0 : sq_errno(rc);
+}
+
+int sq_memory_prepare(sq_store *st, const char *memdir) {
+  sq_memory *m = &st->mem;
+  m->on = true;
+  m->jfd = m->prev_fd = -1;
+  pthread_mutex_init(&m->mu, NULL);
+  pthread_cond_init(&m->cv, NULL);
+  m->inited = true;
+  m->base = st->path;
+  m->jdir = path_join(m->base, "-journal");
+  m->live = live_path(memdir, m->base);
+  if (mkdir(m->jdir, 0700) != 0 && errno != EEXIST) return -errno;
+  remove_live(m->live);
+  int rc = 0;
+  if (access(m->base, F_OK) == 0) {
+    rc = fold_base(m->base);
+    if (rc == 0) rc = copy_file(m->base, m->live);
+  }
+  st->path = qim_strdup(m->live);
+  return rc;
+}
+
+static int meta_position(sqlite3 *db, uint64_t *out) {
+  sqlite3_stmt *st;
+  *out = 0;
+  int rc = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'journal_position'", -1, &st, NULL);
+  if (rc != SQLITE_OK) return sq_errno(rc);
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) *out = (uint64_t)sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_errno(rc);
+}
+
+static int set_position(sq_conn *c, uint64_t position) {
+  sqlite3_stmt *st = sq_prep(c, "INSERT INTO meta(key, value) VALUES('journal_position', ?)"
+                                " ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+  if (!st) return sq_last_error(c);
+  sq_bind_u64(st, 1, position);
+  return sq_run(c, st);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The segments' first positions, ascending. */
+static size_t list_segments(const sq_memory *m, uint64_t **out) {
+  *out = NULL;
+  DIR *d = opendir(m->jdir);
+  if (!d) return 0;
+  size_t n = 0, cap = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    char *end;
+    uint64_t first = strtoull(e->d_name, &end, 10);
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || *end) continue;
+    if (n == cap) *out = qim_realloc(*out, (cap = cap ? 2 * cap : 16) * sizeof **out);
+    (*out)[n++] = first;
+  }
+  closedir(d);
+  if (n) qsort(*out, n, sizeof **out, cmp_u64);
+  return n;
+}
+
+/* Applies one segment's records above `*position`; stops at a torn one (1). */
+static int replay_segment(sq_store *st, sq_replay *y, const char *path, uint64_t *position) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -errno;
+  int rc = 0;
+  uint8_t head[RECORD_HEAD];
+  qim_bytes payload = {0};
+  while (rc == 0 && fread(head, 1, sizeof head, f) == sizeof head) {
+    uint64_t len = get_le(head + 4, 4), pos = get_le(head + 8, 8);
+    if (get_le(head, 4) != RECORD_MAGIC || len > (1u << 30)) {
+      rc = 1;
+      break;
+    }
+    payload.p = qim_realloc(payload.p, len + 1);
+    payload.n = len;
+    uint8_t check[8];
+    if (fread(payload.p, 1, len, f) != len) {
+      rc = 1;
+      break;
+    }
+    record_check(pos, payload.p, len, check);
+    if (memcmp(check, head + 16, 8) != 0) {
+      rc = 1;
+      break;
+    }
+    if (pos <= *position) continue; /* already in the snapshot */
+    if (pos != *position + 1) { /* a record lost between two that were not */
+      QIM_LOGE(NULL, "store.sqlite.journal_gap", "expected=%" PRIu64 " found=%" PRIu64,
+               *position + 1, pos);
+      rc = -EPROTO;
+      break;
+    }
+    sq_conn *c = &st->wconn;
+    rc = sq_exec_logged(c, "BEGIN IMMEDIATE", "store.sqlite.journal");
+    if (rc == 0) rc = sq_replay_apply(y, payload.p, payload.n);
+    if (rc == 0) rc = sq_exec_logged(c, "COMMIT", "store.sqlite.journal");
+    if (rc) {
+      sq_exec_logged(c, "ROLLBACK", "store.sqlite.journal");
+      QIM_LOGE(NULL, "store.sqlite.journal_replay", "position=%" PRIu64 " rc=%d", pos, rc);
+    } else {
+      *position = pos;
+    }
+  }
+  qim_free(payload.p);
+  fclose(f);
+  return rc;
+}
+
+int sq_memory_replay(sq_store *st) {
+  sq_memory *m = &st->mem;
+  uint64_t position;
+  int rc = meta_position(st->wconn.db, &position);
+  uint64_t *firsts = NULL;
+  size_t n = rc ? 0 : list_segments(m, &firsts);
+  sq_replay *y = NULL;
+  if (rc == 0 && n) rc = sq_replay_new(st->wconn.db, &y);
+  int torn = 0;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    char *path = segment_path(m, firsts[i]);
+    rc = replay_segment(st, y, path, &position);
+    qim_free(path);
+    if (rc == 1) { /* the rest of that segment was never acknowledged; the next one goes on */
+      torn++;
+      rc = 0;
+    }
+  }
+  sq_replay_free(y);
+  qim_free(firsts);
+  if (rc) return rc;
+  m->position = m->position_written = position;
+  QIM_LOGI(NULL, "store.sqlite.journal_replayed", "position=%" PRIu64 " segments=%zu torn=%d",
+           position, n, torn);
+  return 0;
+}
+
+static int write_base(sq_store *st, uint64_t *position);
+static void remove_below(sq_memory *m, uint64_t first_kept);
+
+/* ---- the writer's side ------------------------------------------------------------------------ */
+
+static int open_segment(sq_memory *m, uint64_t first, int *fd) {
+  char *path = segment_path(m, first);
+  *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  qim_free(path);
+  if (*fd < 0) return -errno;
+  return sync_dir(m->jdir);
+}
+
+int sq_memory_start(sq_store *st) {
+  sq_memory *m = &st->mem;
+  struct stat sb;
+  uint64_t quarter = stat(m->live, &sb) == 0 ? (uint64_t)sb.st_size / 4 : 0;
+  m->snapshot_bytes = quarter > SNAPSHOT_MIN_BYTES ? quarter : SNAPSHOT_MIN_BYTES;
+  /* What opening did is in no segment (a new store's schema and layout, a migration, the
+   * records just replayed): the open starts from a base that holds it all. */
+  uint64_t position = 0;
+  int rc = write_base(st, &position);
+  if (rc == 0 && position != m->position) rc = -EPROTO;
+  if (rc == 0) remove_below(m, UINT64_MAX);
+  if (rc == 0) rc = sq_capture_new(st->wconn.db, &m->cap);
+  if (rc == 0) rc = open_segment(m, m->position + 1, &m->jfd);
+  if (rc == 0) rc = pthread_create(&m->snap_thread, NULL, sq_memory_snapshot_main, st) ? -EAGAIN : 0;
+  if (rc == 0) m->snap_started = true;
+  return rc;
+}
+
+int sq_memory_before_commit(sq_conn *c) {
+  sq_memory *m = &c->st->mem;
+  return set_position(c, m->position + 1);
+}
+
+int sq_memory_after_commit(sq_store *st) {
+  sq_memory *m = &st->mem;
+  const uint8_t *p;
+  size_t n;
+  int rc = sq_capture_bytes(m->cap, &p, &n);
+  if (rc) {
+    sq_capture_clear(m->cap);
+    return rc;
+  }
+  uint64_t position = ++m->position;
+  uint8_t head[RECORD_HEAD];
+  put32(head, RECORD_MAGIC);
+  put32(head + 4, (uint32_t)n);
+  put64(head + 8, position);
+  record_check(position, p, n, head + 16);
+  pthread_mutex_lock(&m->mu);
+  struct iovec v[2] = {{head, sizeof head}, {(void *)p, n}};
+  ssize_t w = writev(m->jfd, v, 2);
+  m->since_snapshot += sizeof head + n;
+  m->position_written = position;
+  bool due = m->since_snapshot >= m->snapshot_bytes && !m->snap_due;
+  if (due) {
+    m->snap_due = true;
+    pthread_cond_signal(&m->cv);
+  }
+  pthread_mutex_unlock(&m->mu);
+  sq_capture_clear(m->cap);
+  return w == (ssize_t)(sizeof head + n) ? 0 : -EIO;
+}
+
+void sq_memory_note_erase(sq_store *st) {
+  sq_memory *m = &st->mem;
+  pthread_mutex_lock(&m->mu);
+  m->snap_due = true;
+  pthread_cond_signal(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- the syncer's side ------------------------------------------------------------------------ */
+
+int sq_memory_sync(sq_store *st) {
+  sq_memory *m = &st->mem;
+  pthread_mutex_lock(&m->mu);
+  int prev = m->prev_fd, cur = m->jfd;
+  m->prev_fd = -1;
+  pthread_mutex_unlock(&m->mu);
+  int rc = 0;
+  if (prev >= 0) {
+    if (fdatasync(prev)) rc = -errno;
+    close(prev);
+  }
+  if (rc == 0 && fdatasync(cur)) rc = -errno;
+  return rc;
+}
+
+/* ---- snapshots --------------------------------------------------------------------------------- */
+
+/* Cuts the writer's segment: the new one starts above every record written so far. Returns
+ * the first position of the new segment. */
+static uint64_t rotate(sq_store *st) {
+  sq_memory *m = &st->mem;
+  pthread_mutex_lock(&m->mu);
+  while (m->prev_fd >= 0 && !m->snap_closing) { /* the syncer still owes the last one a sync */
+    pthread_mutex_unlock(&m->mu);
+    usleep(1000);
+    pthread_mutex_lock(&m->mu);
+  }
+  uint64_t first = m->position_written + 1;
+  int fd;
+  if (open_segment(m, first, &fd) == 0) {
+    m->prev_fd = m->jfd;
+    m->jfd = fd;
+  } else {
+    first = 0; /* keep writing the old one; no segment is removed this time */
+  }
+  m->since_snapshot = 0;
+  struct stat sb;
+  uint64_t quarter = stat(m->live, &sb) == 0 ? (uint64_t)sb.st_size / 4 : 0;
+  m->snapshot_bytes = quarter > SNAPSHOT_MIN_BYTES ? quarter : SNAPSHOT_MIN_BYTES;
+  pthread_mutex_unlock(&m->mu);
+  return first;
+}
+
+static int backup_to(sq_store *st, const char *tmp, uint64_t *position) {
+  sqlite3 *src = NULL, *dst = NULL;
+  unlink(tmp);
+  int rc = sqlite3_open_v2(st->mem.live, &src, SQLITE_OPEN_READONLY, NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_open_v2(tmp, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_exec(dst, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;", NULL, NULL, NULL);
+    sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
+    rc = b ? sqlite3_backup_step(b, -1) : sqlite3_errcode(dst);
+    int fin = b ? sqlite3_backup_finish(b) : SQLITE_OK;
+    if (rc == SQLITE_DONE) rc = fin;
+  }
+  if (rc == SQLITE_OK) rc = meta_position(dst, position) ? SQLITE_IOERR : SQLITE_OK;
+  sqlite3_close(src);
+  sqlite3_close(dst);
+  if (rc != SQLITE_OK) return sq_errno(rc);
+  int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  int r = fdatasync(fd) ? -errno : 0;
+  close(fd);
+  return r;
+}
+
+static void remove_below(sq_memory *m, uint64_t first_kept) {
+  uint64_t *firsts;
+  size_t n = list_segments(m, &firsts);
+  for (size_t i = 0; i < n; i++)
+    if (firsts[i] < first_kept) {
+      char *path = segment_path(m, firsts[i]);
+      unlink(path);
+      qim_free(path);
+    }
+  qim_free(firsts);
+  sync_dir(m->jdir);
+}
+
+/* The live database as the new base: copied, synced, renamed over it. */
+static int write_base(sq_store *st, uint64_t *position) {
+  sq_memory *m = &st->mem;
+  char *tmp = path_join(m->base, ".tmp");
+  int rc = backup_to(st, tmp, position);
+  if (rc == 0 && rename(tmp, m->base) != 0) rc = -errno;
+  char *slash = strrchr(m->base, '/');
+  char *dir = slash ? qim_strndup(m->base, (size_t)(slash - m->base)) : qim_strdup(".");
+  if (rc == 0) rc = sync_dir(dir);
+  qim_free(dir);
+  if (rc) unlink(tmp);
+  qim_free(tmp);
+  return rc;
+}
+
+int sq_memory_snapshot(sq_store *st) {
+  sq_memory *m = &st->mem;
+  uint64_t kept = rotate(st);
+  uint64_t position = 0;
+  uint64_t t0 = sq_now_ns();
+  int rc = write_base(st, &position);
+  if (rc == 0 && kept && position + 1 >= kept) remove_below(m, kept);
+  QIM_LOGI(NULL, "store.sqlite.snapshot", "position=%" PRIu64 " ms=%" PRIu64 " rc=%d", position,
+           (sq_now_ns() - t0) / 1000000u, rc);
+  return rc;
+}
+
+void *sq_memory_snapshot_main(void *arg) {
+  sq_store *st = arg;
+  sq_memory *m = &st->mem;
+  qim_log_name_thread("snapshot");
+  pthread_mutex_lock(&m->mu);
+  for (;;) {
+    while (!m->snap_due && !m->snap_closing) pthread_cond_wait(&m->cv, &m->mu);
+    if (m->snap_closing) break;
+    pthread_mutex_unlock(&m->mu);
+    sq_memory_snapshot(st);
+    pthread_mutex_lock(&m->mu);
+    m->snap_due = false;
+  }
+  pthread_mutex_unlock(&m->mu);
+  return NULL;
+}
+
+void sq_memory_stop(sq_store *st) {
+  sq_memory *m = &st->mem;
+  if (!m->inited) return;
+  if (m->snap_started) {
+    pthread_mutex_lock(&m->mu);
+    m->snap_closing = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->snap_thread, NULL);
+    m->snap_started = false;
+  }
+  sq_capture_free(m->cap);
+  m->cap = NULL;
+}
+
+void sq_memory_free(sq_store *st) {
+  sq_memory *m = &st->mem;
+  if (!m->inited) return;
+  if (m->prev_fd >= 0) close(m->prev_fd);
+  if (m->jfd >= 0) close(m->jfd);
+  m->prev_fd = m->jfd = -1;
+  if (m->live && !getenv("QIM_KEEP_LIVE")) remove_live(m->live);
+  qim_free(m->live);
+  qim_free(m->jdir);
+  qim_free(m->base);
+  pthread_cond_destroy(&m->cv);
+  pthread_mutex_destroy(&m->mu);
+  m->inited = false;
+}
