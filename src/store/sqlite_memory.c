@@ -17,8 +17,8 @@
  * may hold a batch the journal does not): it copies the snapshot there and applies every
  * journal record above the snapshot's position, stopping at the first record that is torn.
  *
- * A snapshot (its own thread, once the journal has grown by max(32 MiB, a quarter of the
- * database) or an erase is due): the writer's segment is cut first, so every record of the
+ * A snapshot (its own thread, once the journal has grown by max(64 MiB, the database's
+ * size), so a snapshot writes about as much as the journal did, or an erase is due): the writer's segment is cut first, so every record of the
  * older segments is at or below the position the snapshot's read begins at; SQLite's backup
  * copies one consistent read of the live database to PATH.tmp, which is synced and renamed
  * over PATH; then the older segments are removed.
@@ -41,7 +41,7 @@
 
 #define RECORD_MAGIC 0x514a3031u /* "QJ01" */
 #define RECORD_HEAD 24           /* magic u32, length u32, position u64, check u64 */
-#define SNAPSHOT_MIN_BYTES (32u << 20)
+#define SNAPSHOT_MIN_BYTES (64u << 20)
 
 /* ---- paths and files ------------------------------------------------------------------------ */
 
@@ -281,7 +281,7 @@ int sq_memory_replay(sq_store *st) {
   return 0;
 }
 
-static int write_base(sq_store *st, uint64_t *position);
+static int write_base(sq_store *st, uint64_t *position, bool paced);
 static void remove_below(sq_memory *m, uint64_t first_kept);
 
 /* ---- the writer's side ------------------------------------------------------------------------ */
@@ -297,12 +297,12 @@ static int open_segment(sq_memory *m, uint64_t first, int *fd) {
 int sq_memory_start(sq_store *st) {
   sq_memory *m = &st->mem;
   struct stat sb;
-  uint64_t quarter = stat(m->live, &sb) == 0 ? (uint64_t)sb.st_size / 4 : 0;
-  m->snapshot_bytes = quarter > SNAPSHOT_MIN_BYTES ? quarter : SNAPSHOT_MIN_BYTES;
+  uint64_t size = stat(m->live, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+  m->snapshot_bytes = size > SNAPSHOT_MIN_BYTES ? size : SNAPSHOT_MIN_BYTES;
   /* What opening did is in no segment (a new store's schema and layout, a migration, the
    * records just replayed): the open starts from a base that holds it all. */
   uint64_t position = 0;
-  int rc = write_base(st, &position);
+  int rc = write_base(st, &position, false);
   if (rc == 0 && position != m->position) rc = -EPROTO;
   if (rc == 0) remove_below(m, UINT64_MAX);
   if (rc == 0) rc = sq_capture_new(st->wconn.db, &m->cap);
@@ -394,33 +394,61 @@ static uint64_t rotate(sq_store *st) {
   }
   m->since_snapshot = 0;
   struct stat sb;
-  uint64_t quarter = stat(m->live, &sb) == 0 ? (uint64_t)sb.st_size / 4 : 0;
-  m->snapshot_bytes = quarter > SNAPSHOT_MIN_BYTES ? quarter : SNAPSHOT_MIN_BYTES;
+  uint64_t size = stat(m->live, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+  m->snapshot_bytes = size > SNAPSHOT_MIN_BYTES ? size : SNAPSHOT_MIN_BYTES;
   pthread_mutex_unlock(&m->mu);
   return first;
 }
 
-static int backup_to(sq_store *st, const char *tmp, uint64_t *position) {
+/*
+ * The copy is quick and its write-out paced. SQLite's backup copies one read of the live
+ * database into the page cache in one step, so the read (which keeps the WAL from starting
+ * over) is short; then the file goes to the disk STEP_BYTES at a time, each step waited for
+ * (sync_file_range) and the steps spread to at most PACE_MB_S, so the journal's small
+ * syncs, which on this disk flush whatever the device holds, never wait behind a whole
+ * snapshot. Measured: the copy paced page by page instead, its read held the WAL for the
+ * whole copy and one-to-one's p99 at 4,000-5,000 msgs/s went to 78-227 ms.
+ */
+#define STEP_BYTES (1u << 20)
+#define PACE_MB_S 64
+
+static int copy_paced(sqlite3 *src, sqlite3 *dst, const char *tmp, bool paced) {
+  sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
+  int rc = b ? sqlite3_backup_step(b, -1) : sqlite3_errcode(dst);
+  int fin = b ? sqlite3_backup_finish(b) : SQLITE_OK;
+  if (rc == SQLITE_DONE) rc = fin;
+  sqlite3_exec(src, "COMMIT", NULL, NULL, NULL); /* the read ends here */
+  if (rc != SQLITE_OK) return rc;
+  int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return SQLITE_CANTOPEN;
+  struct stat sb;
+  uint64_t size = fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : 0, t0 = sq_now_ns();
+  for (uint64_t off = 0; paced && off < size; off += STEP_BYTES) {
+    sync_file_range(fd, (off64_t)off, STEP_BYTES,
+                    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    uint64_t due = t0 + (off + STEP_BYTES) * 1000u / PACE_MB_S; /* ns at PACE_MB_S MB/s */
+    uint64_t now = sq_now_ns();
+    if (due > now) usleep((useconds_t)((due - now) / 1000u));
+  }
+  if (fdatasync(fd)) rc = SQLITE_IOERR_FSYNC;
+  close(fd);
+  return rc;
+}
+
+static int backup_to(sq_store *st, const char *tmp, uint64_t *position, bool paced) {
   sqlite3 *src = NULL, *dst = NULL;
   unlink(tmp);
   int rc = sqlite3_open_v2(st->mem.live, &src, SQLITE_OPEN_READONLY, NULL);
   if (rc == SQLITE_OK) rc = sqlite3_open_v2(tmp, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
-  if (rc == SQLITE_OK) {
-    sqlite3_exec(dst, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;", NULL, NULL, NULL);
-    sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
-    rc = b ? sqlite3_backup_step(b, -1) : sqlite3_errcode(dst);
-    int fin = b ? sqlite3_backup_finish(b) : SQLITE_OK;
-    if (rc == SQLITE_DONE) rc = fin;
-  }
-  if (rc == SQLITE_OK) rc = meta_position(dst, position) ? SQLITE_IOERR : SQLITE_OK;
+  if (rc == SQLITE_OK)
+    rc = sqlite3_exec(dst, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;", NULL, NULL, NULL);
+  /* The read that pins one commit for the whole copy, and the position it stands at. */
+  if (rc == SQLITE_OK) rc = sqlite3_exec(src, "BEGIN", NULL, NULL, NULL);
+  if (rc == SQLITE_OK) rc = meta_position(src, position) ? SQLITE_IOERR : SQLITE_OK;
+  if (rc == SQLITE_OK) rc = copy_paced(src, dst, tmp, paced);
   sqlite3_close(src);
   sqlite3_close(dst);
-  if (rc != SQLITE_OK) return sq_errno(rc);
-  int fd = open(tmp, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  int r = fdatasync(fd) ? -errno : 0;
-  close(fd);
-  return r;
+  return rc == SQLITE_OK ? 0 : sq_errno(rc);
 }
 
 static void remove_below(sq_memory *m, uint64_t first_kept) {
@@ -437,10 +465,10 @@ static void remove_below(sq_memory *m, uint64_t first_kept) {
 }
 
 /* The live database as the new base: copied, synced, renamed over it. */
-static int write_base(sq_store *st, uint64_t *position) {
+static int write_base(sq_store *st, uint64_t *position, bool paced) {
   sq_memory *m = &st->mem;
   char *tmp = path_join(m->base, ".tmp");
-  int rc = backup_to(st, tmp, position);
+  int rc = backup_to(st, tmp, position, paced);
   if (rc == 0 && rename(tmp, m->base) != 0) rc = -errno;
   char *slash = strrchr(m->base, '/');
   char *dir = slash ? qim_strndup(m->base, (size_t)(slash - m->base)) : qim_strdup(".");
@@ -456,7 +484,7 @@ int sq_memory_snapshot(sq_store *st) {
   uint64_t kept = rotate(st);
   uint64_t position = 0;
   uint64_t t0 = sq_now_ns();
-  int rc = write_base(st, &position);
+  int rc = write_base(st, &position, true);
   if (rc == 0 && kept && position + 1 >= kept) remove_below(m, kept);
   QIM_LOGI(NULL, "store.sqlite.snapshot", "position=%" PRIu64 " ms=%" PRIu64 " rc=%d", position,
            (sq_now_ns() - t0) / 1000000u, rc);
@@ -501,7 +529,7 @@ void sq_memory_free(sq_store *st) {
   if (m->prev_fd >= 0) close(m->prev_fd);
   if (m->jfd >= 0) close(m->jfd);
   m->prev_fd = m->jfd = -1;
-  if (m->live && !getenv("QIM_KEEP_LIVE")) remove_live(m->live);
+  if (m->live) remove_live(m->live);
   qim_free(m->live);
   qim_free(m->jdir);
   qim_free(m->base);
