@@ -1032,9 +1032,9 @@ static void store_close(qim_store *s) {
   queue_close(&st->rq);
   pthread_join(st->writer, NULL);
   for (uint32_t i = 0; i < st->reader_count; i++) pthread_join(st->readers[i], NULL);
-  sq_sync_stop(st); /* after every COMMIT and read: it answers what still waits */
+  sq_memory_stop(st); /* its snapshot thread asks the checkpointer for rounds */
+  sq_sync_stop(st);   /* after every COMMIT and read: it answers what still waits */
   sq_ckpt_stop(st);
-  sq_memory_stop(st);
   for (uint32_t i = 0; i < st->opt.reader_threads; i++) sq_conn_close(&st->rconns[i]);
   inline_close_all(st);
   pthread_mutex_destroy(&st->inline_mu);
@@ -1098,7 +1098,8 @@ static const qim_store_vtable sqlite_vtable = {
 
 /* "PATH", then "?" and "&"-separated parameters: max_page_count=N (a size cap, used by
  * tests to provoke SQLITE_FULL), memory=DIR (store-memory mode, sqlite_memory.c; *memdir
- * is then a copy the caller frees). */
+ * is then a copy the caller frees), snapshot_kb=N (its snapshots' spacing, default 64 MiB
+ * of journal; tests use small ones). */
 static int parse_location(const char *loc, sq_store *st, char **memdir) {
   const char *q = strchr(loc, '?');
   st->path = q ? qim_strndup(loc, (size_t)(q - loc)) : qim_strdup(loc);
@@ -1107,20 +1108,27 @@ static int parse_location(const char *loc, sq_store *st, char **memdir) {
     const char *arg = q + 1, *next = strchr(arg, '&');
     size_t len = next ? (size_t)(next - arg) : strlen(arg);
     q = next;
-    static const char pages[] = "max_page_count=", memory[] = "memory=";
+    static const char pages[] = "max_page_count=", memory[] = "memory=",
+                      snapshot[] = "snapshot_kb=";
     if (len > strlen(memory) && strncmp(arg, memory, strlen(memory)) == 0 && !*memdir) {
       *memdir = qim_strndup(arg + strlen(memory), len - strlen(memory));
       continue;
     }
-    if (len <= strlen(pages) || strncmp(arg, pages, strlen(pages)) != 0) return -EINVAL;
+    bool is_pages = len > strlen(pages) && strncmp(arg, pages, strlen(pages)) == 0;
+    bool is_snap = len > strlen(snapshot) && strncmp(arg, snapshot, strlen(snapshot)) == 0;
+    if (!is_pages && !is_snap) return -EINVAL;
+    size_t klen = strlen(is_pages ? pages : snapshot);
     char num[24], *end;
-    if (len - strlen(pages) >= sizeof num) return -EINVAL;
-    memcpy(num, arg + strlen(pages), len - strlen(pages));
-    num[len - strlen(pages)] = 0;
+    if (len - klen >= sizeof num) return -EINVAL;
+    memcpy(num, arg + klen, len - klen);
+    num[len - klen] = 0;
     errno = 0;
     long long v = strtoll(num, &end, 10);
     if (errno || *end || v <= 0) return -EINVAL;
-    st->max_page_count = v;
+    if (is_pages)
+      st->max_page_count = v;
+    else
+      st->mem.snapshot_kb = (uint64_t)v; /* store-memory: a snapshot per this much journal */
   }
   return 0;
 }
@@ -1163,9 +1171,9 @@ static void open_fail(sq_store *st, bool threads) {
     store_close(&st->base);
     return;
   }
+  sq_memory_stop(st);
   sq_sync_stop(st);
   sq_ckpt_stop(st);
-  sq_memory_stop(st);
   for (uint32_t i = 0; st->rconns && i < st->opt.reader_threads; i++) sq_conn_close(&st->rconns[i]);
   sq_conn_close(&st->wconn);
   sq_memory_free(st);

@@ -107,6 +107,9 @@ static void *ckpt_main(void *arg) {
     if (k->closing) break;
     pthread_mutex_unlock(&k->mu);
     copy_round(st);
+    /* The database file now stands at one commit, and no other copy runs: the moment a
+     * store-memory snapshot reads its changed pages. */
+    if (st->mem.on) sq_memory_after_round(st);
     pthread_mutex_lock(&k->mu);
     k->running = false;
     pthread_cond_broadcast(&k->done_cv);
@@ -180,6 +183,16 @@ void sq_ckpt_stop(sq_store *st) {
   pthread_cond_destroy(&k->cv);
   pthread_mutex_destroy(&k->mu);
   k->inited = false;
+}
+
+void sq_ckpt_request(sq_store *st) {
+  sq_ckpt *k = &st->ckpt;
+  pthread_mutex_lock(&k->mu);
+  if (!k->running && k->started) {
+    k->running = true;
+    pthread_cond_signal(&k->cv);
+  }
+  pthread_mutex_unlock(&k->mu);
 }
 
 /* The writer checkpoints itself (the remainder after a round, or past the hard limit). */

@@ -179,8 +179,23 @@ typedef struct sq_memory {
   pthread_cond_t cv;       /* a snapshot is due, or closing */
   int jfd, prev_fd;        /* the segment written; one cut, which the syncer syncs first */
   uint64_t position_written, since_snapshot, snapshot_bytes;
+  uint64_t snapshot_kb; /* from the location (snapshot_kb=); 0 = SNAPSHOT_MIN_BYTES */
   bool snap_due, snap_closing, snap_started;
   pthread_t snap_thread;
+  /* Page snapshots: the database file's pages written since the last one (a bitmap under
+   * dirty_mu, filled by the VFS), and the set the checkpointer read for the snapshot
+   * thread (under mu). */
+  pthread_mutex_t dirty_mu;
+  uint8_t *dirty;
+  size_t dirty_pages;
+  uint32_t page_size;
+  bool set_wanted, set_ready;
+  int set_rc;
+  qim_bytes set; /* pages read: u32 page number, then the page */
+  uint32_t set_count;
+  uint64_t set_position, set_db_pages;
+  char *plog;       /* base + "-pages": the page log */
+  uint64_t plog_len; /* snapshot thread */
 } sq_memory;
 
 #define SQ_ERASE_UNPLACED UINT64_MAX
@@ -277,6 +292,8 @@ void sq_ckpt_stop(sq_store *st);
  * asks for a round, copies the remainder after one, or checkpoints itself when the WAL
  * has grown too long. */
 void sq_ckpt_after_commit(sq_store *st, sqlite3 *db, const char *name, int frames);
+/* A round now, unless one is under way (store-memory snapshots). */
+void sq_ckpt_request(sq_store *st);
 /* How long the WAL grows under writes before it starts over (frames). */
 uint64_t sq_ckpt_restart_frames(const sq_store *st);
 
@@ -452,6 +469,12 @@ void sq_vfs_defer_syncs(bool on);
  * the shim, for the syncer: SQLITE_OK or an SQLite error. */
 int sq_vfs_sync_open(sqlite3 *db, sqlite3_file **out);
 void sq_vfs_sync_close(sqlite3_file *f);
+/* Main database files named like `path` (its last component), opened through the shim from
+ * now on, report each write (offset, length) to fn before it is made, and map no pages.
+ * 0, or -ENOSPC when four are followed already. sq_vfs_untrack_writes forgets ctx's. */
+typedef void (*sq_vfs_write_fn)(void *ctx, sqlite3_int64 off, int n);
+int sq_vfs_track_writes(const char *path, sq_vfs_write_fn fn, void *ctx);
+void sq_vfs_untrack_writes(void *ctx);
 
 /* sqlite_pcache.c: makes SQLite's default page cache, behind a truncate that skips what
  * cannot remove a page, the process's page cache (before sqlite3_initialize; an SQLite
@@ -503,6 +526,8 @@ int sq_memory_after_commit(sq_store *st);
 int sq_memory_sync(sq_store *st);
 /* An erase: a snapshot soon, so the segments holding the erased content go. */
 void sq_memory_note_erase(sq_store *st);
+/* The checkpointer, after each round: reads the changed pages when a snapshot wants them. */
+void sq_memory_after_round(sq_store *st);
 /* One snapshot now (the snapshot thread; tests). */
 int sq_memory_snapshot(sq_store *st);
 void *sq_memory_snapshot_main(void *arg);

@@ -17,8 +17,11 @@
  * may hold a batch the journal does not): it copies the snapshot there and applies every
  * journal record above the snapshot's position, stopping at the first record that is torn.
  *
- * A snapshot (its own thread, once the journal has grown by max(64 MiB, the database's
- * size), so a snapshot writes about as much as the journal did, or an erase is due): the writer's segment is cut first, so every record of the
+ * A snapshot (its own thread, once the journal has grown by SNAPSHOT_MIN_BYTES or an erase
+ * is due) appends to PATH-pages the pages the checkpoints changed since the last one, read
+ * right after a checkpoint round (the database file then stands at one commit, whose
+ * position its `meta` row gives); once that page log is larger than the database, the
+ * snapshot is a whole new base instead: the writer's segment is cut first, so every record of the
  * older segments is at or below the position the snapshot's read begins at; SQLite's backup
  * copies one consistent read of the live database to PATH.tmp, which is synced and renamed
  * over PATH; then the older segments are removed.
@@ -35,13 +38,16 @@
 #include <unistd.h>
 
 #include "blake3.h"
+#include "qim/clock.h"
 #include "qim/log.h"
 #include "qim/mem.h"
 #include "store/sqlite_int.h"
 
 #define RECORD_MAGIC 0x514a3031u /* "QJ01" */
 #define RECORD_HEAD 24           /* magic u32, length u32, position u64, check u64 */
-#define SNAPSHOT_MIN_BYTES (64u << 20)
+#define SNAPSHOT_MIN_BYTES (256u << 20)
+#define STEP_BYTES (1u << 20) /* snapshots are written out this much at a time, */
+#define PACE_MB_S 64          /* at most this fast */
 
 /* ---- paths and files ------------------------------------------------------------------------ */
 
@@ -143,6 +149,20 @@ static int fold_base(const char *base) {
   return rc == SQLITE_OK ? 0 : sq_errno(rc);
 }
 
+/* A database file's page size, from its header (offset 16, big-endian; 1 means 65,536). */
+static int page_size_of(const char *path, uint32_t *out) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  uint8_t b[2];
+  int rc = fd < 0 ? -errno : pread(fd, b, 2, 16) == 2 ? 0 : -EIO;
+  if (fd >= 0) close(fd);
+  if (rc == 0) *out = b[0] == 0 && b[1] == 1 ? 65536u : (uint32_t)(b[0] << 8 | b[1]);
+  return rc == 0 && *out < 512 ? -EPROTO : rc;
+}
+
+static int file_position(const char *path, uint64_t *out);
+static int plog_apply(sq_memory *m, uint64_t *position);
+static void mark_written(void *ctx, sqlite3_int64 off, int n);
+
 int sq_memory_prepare(sq_store *st, const char *memdir) {
   sq_memory *m = &st->mem;
   m->on = true;
@@ -153,13 +173,20 @@ int sq_memory_prepare(sq_store *st, const char *memdir) {
   m->base = st->path;
   m->jdir = path_join(m->base, "-journal");
   m->live = live_path(memdir, m->base);
+  m->plog = path_join(m->base, "-pages");
+  pthread_mutex_init(&m->dirty_mu, NULL);
   if (mkdir(m->jdir, 0700) != 0 && errno != EEXIST) return -errno;
   remove_live(m->live);
   int rc = 0;
   if (access(m->base, F_OK) == 0) {
     rc = fold_base(m->base);
     if (rc == 0) rc = copy_file(m->base, m->live);
+    uint64_t position = 0;
+    if (rc == 0) rc = page_size_of(m->live, &m->page_size);
+    if (rc == 0) rc = file_position(m->live, &position);
+    if (rc == 0) rc = plog_apply(m, &position);
   }
+  if (rc == 0) rc = sq_vfs_track_writes(m->live, mark_written, m);
   st->path = qim_strdup(m->live);
   return rc;
 }
@@ -281,6 +308,163 @@ int sq_memory_replay(sq_store *st) {
   return 0;
 }
 
+/* ---- the page log: the pages each snapshot changed --------------------------------------- */
+
+#define SET_MAGIC 0x51505331u /* "QPS1" */
+
+/* The VFS's report of a write to the live database file. */
+static void mark_written(void *ctx, sqlite3_int64 off, int n) {
+  sq_memory *m = ctx;
+  uint32_t ps = m->page_size ? m->page_size : 4096;
+  pthread_mutex_lock(&m->dirty_mu);
+  for (uint64_t pg = (uint64_t)off / ps; n > 0 && pg <= ((uint64_t)off + (uint64_t)n - 1) / ps; pg++) {
+    if (pg >= m->dirty_pages) {
+      size_t cap = m->dirty_pages ? m->dirty_pages : 1u << 16;
+      while (cap <= pg) cap *= 2;
+      m->dirty = qim_realloc(m->dirty, cap / 8);
+      memset(m->dirty + m->dirty_pages / 8, 0, (cap - m->dirty_pages) / 8);
+      m->dirty_pages = cap;
+    }
+    m->dirty[pg / 8] |= (uint8_t)(1u << (pg % 8));
+  }
+  pthread_mutex_unlock(&m->dirty_mu);
+}
+
+static void dirty_clear(sq_memory *m) {
+  pthread_mutex_lock(&m->dirty_mu);
+  if (m->dirty) memset(m->dirty, 0, m->dirty_pages / 8);
+  pthread_mutex_unlock(&m->dirty_mu);
+}
+
+/* The position a database file stands at, read from the file alone (no WAL, no locks). */
+static int file_position(const char *path, uint64_t *out) {
+  char *uri = sqlite3_mprintf("file:%s?immutable=1", path);
+  sqlite3 *db = NULL;
+  int rc = sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+  sqlite3_free(uri);
+  rc = rc == SQLITE_OK ? meta_position(db, out) : sq_errno(rc);
+  sqlite3_close(db);
+  return rc;
+}
+
+void sq_memory_after_round(sq_store *st) {
+  sq_memory *m = &st->mem;
+  pthread_mutex_lock(&m->mu);
+  bool wanted = m->set_wanted;
+  pthread_mutex_unlock(&m->mu);
+  if (!wanted) return;
+  pthread_mutex_lock(&m->dirty_mu);
+  size_t pages = m->dirty_pages;
+  uint8_t *bits = qim_malloc(pages / 8 + 1);
+  if (pages) memcpy(bits, m->dirty, pages / 8);
+  if (m->dirty) memset(m->dirty, 0, pages / 8);
+  pthread_mutex_unlock(&m->dirty_mu);
+  uint32_t ps = m->page_size;
+  int rc = 0, fd = open(m->live, O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0) rc = -errno;
+  uint64_t db_pages = rc ? 0 : (uint64_t)sb.st_size / ps, position = 0;
+  qim_bytes set = {0};
+  uint32_t count = 0;
+  for (size_t pg = 0; rc == 0 && pg < pages && pg < db_pages; pg++) {
+    if (!(bits[pg / 8] & (1u << (pg % 8)))) continue;
+    set.p = qim_realloc(set.p, set.n + 4 + ps);
+    put32(set.p + set.n, (uint32_t)pg);
+    if (pread(fd, set.p + set.n + 4, ps, (off_t)(pg * ps)) != (ssize_t)ps) rc = -EIO;
+    set.n += 4 + ps;
+    count++;
+  }
+  if (fd >= 0) close(fd);
+  qim_free(bits);
+  if (rc == 0) rc = file_position(m->live, &position);
+  pthread_mutex_lock(&m->mu);
+  qim_free(m->set.p);
+  m->set = set;
+  m->set_count = count;
+  m->set_position = position;
+  m->set_db_pages = db_pages;
+  m->set_rc = rc;
+  m->set_wanted = false;
+  m->set_ready = true;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* Appends the set the checkpointer read: header (magic, count), the pages, trailer
+ * (position, pages in the file, BLAKE3 of all before it), written out paced, then synced. */
+static int plog_append(sq_memory *m) {
+  int fd = open(m->plog, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return -errno;
+  uint8_t head[8], tail[24];
+  put32(head, SET_MAGIC);
+  put32(head + 4, m->set_count);
+  put64(tail, m->set_position);
+  put64(tail + 8, m->set_db_pages);
+  blake3_hasher h;
+  blake3_hasher_init(&h);
+  blake3_hasher_update(&h, head, sizeof head);
+  blake3_hasher_update(&h, m->set.p, m->set.n);
+  blake3_hasher_update(&h, tail, 16);
+  blake3_hasher_finalize(&h, tail + 16, 8);
+  int rc = pwrite(fd, head, sizeof head, (off_t)m->plog_len) == sizeof head ? 0 : -EIO;
+  uint64_t off = m->plog_len + sizeof head, t0 = sq_now_ns();
+  for (size_t at = 0; rc == 0 && at < m->set.n; at += STEP_BYTES) {
+    size_t n = m->set.n - at < STEP_BYTES ? m->set.n - at : STEP_BYTES;
+    if (pwrite(fd, m->set.p + at, n, (off_t)(off + at)) != (ssize_t)n) rc = -EIO;
+    sync_file_range(fd, (off64_t)(off + at), (off64_t)n,
+                    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    uint64_t due = t0 + (at + n) * 1000u / PACE_MB_S, now = sq_now_ns();
+    if (due > now) usleep((useconds_t)((due - now) / 1000u));
+  }
+  off += m->set.n;
+  if (rc == 0 && pwrite(fd, tail, sizeof tail, (off_t)off) != sizeof tail) rc = -EIO;
+  if (rc == 0 && fdatasync(fd)) rc = -errno;
+  close(fd);
+  if (rc == 0) m->plog_len = off + sizeof tail;
+  return rc;
+}
+
+/* Opening: the page log's sets above the base's position written into the live copy. */
+static int plog_apply(sq_memory *m, uint64_t *position) {
+  FILE *f = fopen(m->plog, "rb");
+  if (!f) return 0;
+  int live = open(m->live, O_WRONLY | O_CLOEXEC);
+  int rc = live < 0 ? -errno : 0;
+  uint8_t head[8], tail[24];
+  qim_bytes set = {0};
+  uint32_t ps = m->page_size;
+  uint64_t applied = 0;
+  while (rc == 0 && fread(head, 1, sizeof head, f) == sizeof head && get_le(head, 4) == SET_MAGIC) {
+    uint64_t count = get_le(head + 4, 4);
+    set.p = qim_realloc(set.p, count * (4 + ps) + 1);
+    set.n = count * (4 + ps);
+    if (fread(set.p, 1, set.n, f) != set.n || fread(tail, 1, sizeof tail, f) != sizeof tail) break;
+    blake3_hasher h;
+    uint8_t check[8];
+    blake3_hasher_init(&h);
+    blake3_hasher_update(&h, head, sizeof head);
+    blake3_hasher_update(&h, set.p, set.n);
+    blake3_hasher_update(&h, tail, 16);
+    blake3_hasher_finalize(&h, check, 8);
+    if (memcmp(check, tail + 16, 8) != 0) break; /* torn: it and what follows never counted */
+    uint64_t pos = get_le(tail, 8), db_pages = get_le(tail + 8, 8);
+    if (pos <= *position) continue; /* the base is newer (a fold was cut short) */
+    for (uint64_t i = 0; rc == 0 && i < count; i++) {
+      const uint8_t *e = set.p + i * (4 + ps);
+      if (pwrite(live, e + 4, ps, (off_t)(get_le(e, 4) * ps)) != (ssize_t)ps) rc = -EIO;
+    }
+    if (rc == 0 && ftruncate(live, (off_t)(db_pages * ps))) rc = -errno;
+    *position = pos;
+    applied++;
+  }
+  qim_free(set.p);
+  fclose(f);
+  if (live >= 0) close(live);
+  QIM_LOGI(NULL, "store.sqlite.page_log_applied", "sets=%" PRIu64 " position=%" PRIu64 " rc=%d",
+           applied, *position, rc);
+  return rc;
+}
+
 static int write_base(sq_store *st, uint64_t *position, bool paced);
 static void remove_below(sq_memory *m, uint64_t first_kept);
 
@@ -296,14 +480,18 @@ static int open_segment(sq_memory *m, uint64_t first, int *fd) {
 
 int sq_memory_start(sq_store *st) {
   sq_memory *m = &st->mem;
-  struct stat sb;
-  uint64_t size = stat(m->live, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-  m->snapshot_bytes = size > SNAPSHOT_MIN_BYTES ? size : SNAPSHOT_MIN_BYTES;
+  m->snapshot_bytes = m->snapshot_kb ? m->snapshot_kb * 1024 : SNAPSHOT_MIN_BYTES;
   /* What opening did is in no segment (a new store's schema and layout, a migration, the
    * records just replayed): the open starts from a base that holds it all. */
   uint64_t position = 0;
-  int rc = write_base(st, &position, false);
+  int page = 0;
+  int rc = sq_pragma_int(&st->wconn, "page_size", &page);
+  m->page_size = (uint32_t)page;
+  dirty_clear(m); /* what is written from here on goes into the next page set */
+  if (rc == 0) rc = write_base(st, &position, false);
   if (rc == 0 && position != m->position) rc = -EPROTO;
+  if (rc == 0 && unlink(m->plog) != 0 && errno != ENOENT) rc = -errno;
+  m->plog_len = 0;
   if (rc == 0) remove_below(m, UINT64_MAX);
   if (rc == 0) rc = sq_capture_new(st->wconn.db, &m->cap);
   if (rc == 0) rc = open_segment(m, m->position + 1, &m->jfd);
@@ -393,9 +581,7 @@ static uint64_t rotate(sq_store *st) {
     first = 0; /* keep writing the old one; no segment is removed this time */
   }
   m->since_snapshot = 0;
-  struct stat sb;
-  uint64_t size = stat(m->live, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-  m->snapshot_bytes = size > SNAPSHOT_MIN_BYTES ? size : SNAPSHOT_MIN_BYTES;
+  m->snapshot_bytes = m->snapshot_kb ? m->snapshot_kb * 1024 : SNAPSHOT_MIN_BYTES;
   pthread_mutex_unlock(&m->mu);
   return first;
 }
@@ -409,8 +595,6 @@ static uint64_t rotate(sq_store *st) {
  * snapshot. Measured: the copy paced page by page instead, its read held the WAL for the
  * whole copy and one-to-one's p99 at 4,000-5,000 msgs/s went to 78-227 ms.
  */
-#define STEP_BYTES (1u << 20)
-#define PACE_MB_S 64
 
 static int copy_paced(sqlite3 *src, sqlite3 *dst, const char *tmp, bool paced) {
   sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
@@ -479,15 +663,67 @@ static int write_base(sq_store *st, uint64_t *position, bool paced) {
   return rc;
 }
 
+/* Removes the segments whose records are all at or below `position`: a segment's last
+ * record is one below the next segment's first. */
+static void remove_covered(sq_memory *m, uint64_t position) {
+  uint64_t *firsts;
+  size_t n = list_segments(m, &firsts);
+  for (size_t i = 0; i + 1 < n; i++)
+    if (firsts[i + 1] <= position + 1) {
+      char *path = segment_path(m, firsts[i]);
+      unlink(path);
+      qim_free(path);
+    }
+  qim_free(firsts);
+  sync_dir(m->jdir);
+}
+
+/* The pages the checkpoints changed since the last set, read by the checkpointer right after
+ * a round (sq_memory_after_round) and appended to the page log. */
+static int take_set(sq_store *st, uint64_t *position) {
+  sq_memory *m = &st->mem;
+  pthread_mutex_lock(&m->mu);
+  m->set_wanted = true;
+  m->set_ready = false;
+  pthread_mutex_unlock(&m->mu);
+  sq_ckpt_request(st);
+  pthread_mutex_lock(&m->mu);
+  while (!m->set_ready && !m->snap_closing) {
+    struct timespec at = qim_deadline_after_ms(CLOCK_REALTIME, 100);
+    pthread_cond_timedwait(&m->cv, &m->mu, &at);
+    if (!m->set_ready) { /* a round that ended before it saw the request */
+      pthread_mutex_unlock(&m->mu);
+      sq_ckpt_request(st);
+      pthread_mutex_lock(&m->mu);
+    }
+  }
+  int rc = m->set_ready ? m->set_rc : -ECANCELED;
+  *position = m->set_position;
+  pthread_mutex_unlock(&m->mu);
+  if (rc == 0) rc = plog_append(m);
+  return rc;
+}
+
 int sq_memory_snapshot(sq_store *st) {
   sq_memory *m = &st->mem;
-  uint64_t kept = rotate(st);
-  uint64_t position = 0;
+  rotate(st);
+  struct stat sb;
+  uint64_t live = stat(m->live, &sb) == 0 ? (uint64_t)sb.st_size : 0, position = 0;
   uint64_t t0 = sq_now_ns();
-  int rc = write_base(st, &position, true);
-  if (rc == 0 && kept && position + 1 >= kept) remove_below(m, kept);
-  QIM_LOGI(NULL, "store.sqlite.snapshot", "position=%" PRIu64 " ms=%" PRIu64 " rc=%d", position,
-           (sq_now_ns() - t0) / 1000000u, rc);
+  /* The page log past the database's size: fold it into a new base. */
+  bool fold = m->plog_len > live;
+  int rc;
+  if (fold) {
+    dirty_clear(m);
+    rc = write_base(st, &position, true);
+    if (rc == 0 && unlink(m->plog) != 0 && errno != ENOENT) rc = -errno;
+    if (rc == 0) m->plog_len = 0;
+  } else {
+    rc = take_set(st, &position);
+  }
+  if (rc == 0) remove_covered(m, position);
+  QIM_LOGI(NULL, "store.sqlite.snapshot", "position=%" PRIu64 " fold=%d pages=%u ms=%" PRIu64
+           " rc=%d", position, fold, fold ? 0 : m->set_count, (sq_now_ns() - t0) / 1000000u, rc);
   return rc;
 }
 
@@ -529,8 +765,13 @@ void sq_memory_free(sq_store *st) {
   if (m->prev_fd >= 0) close(m->prev_fd);
   if (m->jfd >= 0) close(m->jfd);
   m->prev_fd = m->jfd = -1;
+  sq_vfs_untrack_writes(m);
   if (m->live) remove_live(m->live);
   qim_free(m->live);
+  qim_free(m->plog);
+  qim_free(m->dirty);
+  qim_free(m->set.p);
+  pthread_mutex_destroy(&m->dirty_mu);
   qim_free(m->jdir);
   qim_free(m->base);
   pthread_cond_destroy(&m->cv);

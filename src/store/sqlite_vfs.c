@@ -28,6 +28,7 @@
  * One shim is registered per underlying VFS ("qim-wal+<name>"), so a test's own default
  * VFS (fault injection) keeps working underneath, for the syncer's handle too.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -146,6 +147,125 @@ static const sqlite3_io_methods wal_methods = {
     .xUnlock = wal_unlock, .xCheckReservedLock = wal_reserved, .xFileControl = wal_fcntl,
     .xSectorSize = wal_sector, .xDeviceCharacteristics = wal_device};
 
+static pthread_mutex_t shim_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- tracked database files (store-memory mode's page snapshots) ------------------------- */
+
+/* A main database file whose writes someone follows: every xWrite is reported (offset,
+ * length) before it is passed on; everything else passes straight through. */
+typedef struct db_file {
+  sqlite3_file base;
+  sqlite3_file *real; /* after the larger wal_file's room, as the VFS sizes every file */
+  sq_vfs_write_fn fn;
+  void *ctx;
+} db_file;
+
+_Static_assert(sizeof(db_file) <= sizeof(wal_file), "a tracked file fits the room the VFS gives");
+
+#define TRACKED_MAX 4
+static struct tracked {
+  char name[256]; /* the file's last path component */
+  sq_vfs_write_fn fn;
+  void *ctx;
+} tracked[TRACKED_MAX];
+
+static const char *last_component(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+int sq_vfs_track_writes(const char *path, sq_vfs_write_fn fn, void *ctx) {
+  const char *name = last_component(path);
+  if (strlen(name) >= sizeof tracked[0].name) return -ENAMETOOLONG;
+  pthread_mutex_lock(&shim_mu);
+  int rc = -ENOSPC;
+  for (int i = 0; i < TRACKED_MAX && rc; i++)
+    if (!tracked[i].fn) {
+      snprintf(tracked[i].name, sizeof tracked[i].name, "%s", name);
+      tracked[i].fn = fn;
+      tracked[i].ctx = ctx;
+      rc = 0;
+    }
+  pthread_mutex_unlock(&shim_mu);
+  return rc;
+}
+
+void sq_vfs_untrack_writes(void *ctx) {
+  pthread_mutex_lock(&shim_mu);
+  for (int i = 0; i < TRACKED_MAX; i++)
+    if (tracked[i].ctx == ctx) tracked[i] = (struct tracked){0};
+  pthread_mutex_unlock(&shim_mu);
+}
+
+static bool tracked_of(const char *path, sq_vfs_write_fn *fn, void **ctx) {
+  if (!path) return false;
+  const char *name = last_component(path);
+  bool found = false;
+  pthread_mutex_lock(&shim_mu);
+  for (int i = 0; i < TRACKED_MAX && !found; i++)
+    if (tracked[i].fn && strcmp(tracked[i].name, name) == 0) {
+      *fn = tracked[i].fn;
+      *ctx = tracked[i].ctx;
+      found = true;
+    }
+  pthread_mutex_unlock(&shim_mu);
+  return found;
+}
+
+#define DREAL(pf) (((db_file *)(pf))->real)
+static int db_close(sqlite3_file *pf) { return DREAL(pf)->pMethods->xClose(DREAL(pf)); }
+static int db_read(sqlite3_file *pf, void *out, int n, sqlite3_int64 off) {
+  return DREAL(pf)->pMethods->xRead(DREAL(pf), out, n, off);
+}
+static int db_write(sqlite3_file *pf, const void *data, int n, sqlite3_int64 off) {
+  db_file *f = (db_file *)pf;
+  f->fn(f->ctx, off, n);
+  return f->real->pMethods->xWrite(f->real, data, n, off);
+}
+static int db_truncate(sqlite3_file *pf, sqlite3_int64 size) {
+  return DREAL(pf)->pMethods->xTruncate(DREAL(pf), size);
+}
+static int db_sync(sqlite3_file *pf, int flags) { return DREAL(pf)->pMethods->xSync(DREAL(pf), flags); }
+static int db_size(sqlite3_file *pf, sqlite3_int64 *out) {
+  return DREAL(pf)->pMethods->xFileSize(DREAL(pf), out);
+}
+static int db_lock(sqlite3_file *pf, int l) { return DREAL(pf)->pMethods->xLock(DREAL(pf), l); }
+static int db_unlock(sqlite3_file *pf, int l) { return DREAL(pf)->pMethods->xUnlock(DREAL(pf), l); }
+static int db_reserved(sqlite3_file *pf, int *out) {
+  return DREAL(pf)->pMethods->xCheckReservedLock(DREAL(pf), out);
+}
+static int db_fcntl(sqlite3_file *pf, int op, void *arg) {
+  return DREAL(pf)->pMethods->xFileControl(DREAL(pf), op, arg);
+}
+static int db_sector(sqlite3_file *pf) { return DREAL(pf)->pMethods->xSectorSize(DREAL(pf)); }
+static int db_device(sqlite3_file *pf) { return DREAL(pf)->pMethods->xDeviceCharacteristics(DREAL(pf)); }
+static int db_shm_map(sqlite3_file *pf, int i, int size, int extend, void volatile **out) {
+  return DREAL(pf)->pMethods->xShmMap(DREAL(pf), i, size, extend, out);
+}
+static int db_shm_lock(sqlite3_file *pf, int off, int n, int flags) {
+  return DREAL(pf)->pMethods->xShmLock(DREAL(pf), off, n, flags);
+}
+static void db_shm_barrier(sqlite3_file *pf) { DREAL(pf)->pMethods->xShmBarrier(DREAL(pf)); }
+static int db_shm_unmap(sqlite3_file *pf, int del) { return DREAL(pf)->pMethods->xShmUnmap(DREAL(pf), del); }
+/* No mapped pages: a write through a mapping would pass by db_write. */
+static int db_fetch(sqlite3_file *pf, sqlite3_int64 off, int n, void **out) {
+  (void)pf, (void)off, (void)n;
+  *out = NULL;
+  return SQLITE_OK;
+}
+static int db_unfetch(sqlite3_file *pf, sqlite3_int64 off, void *p) {
+  (void)pf, (void)off, (void)p;
+  return SQLITE_OK;
+}
+
+static const sqlite3_io_methods db_methods = {
+    .iVersion = 3, .xClose = db_close, .xRead = db_read, .xWrite = db_write,
+    .xTruncate = db_truncate, .xSync = db_sync, .xFileSize = db_size, .xLock = db_lock,
+    .xUnlock = db_unlock, .xCheckReservedLock = db_reserved, .xFileControl = db_fcntl,
+    .xSectorSize = db_sector, .xDeviceCharacteristics = db_device, .xShmMap = db_shm_map,
+    .xShmLock = db_shm_lock, .xShmBarrier = db_shm_barrier, .xShmUnmap = db_shm_unmap,
+    .xFetch = db_fetch, .xUnfetch = db_unfetch};
+
 /* ---- the VFS ---------------------------------------------------------------------------- */
 
 typedef struct shim {
@@ -155,6 +275,18 @@ typedef struct shim {
 
 static int shim_open(sqlite3_vfs *v, const char *name, sqlite3_file *pf, int flags, int *out_flags) {
   sqlite3_vfs *real = v->pAppData;
+  sq_vfs_write_fn fn;
+  void *ctx;
+  if ((flags & SQLITE_OPEN_MAIN_DB) && tracked_of(name, &fn, &ctx)) {
+    db_file *f = (db_file *)pf;
+    memset(f, 0, sizeof(wal_file));
+    f->real = (sqlite3_file *)((char *)pf + sizeof(wal_file));
+    f->fn = fn;
+    f->ctx = ctx;
+    int rc = real->xOpen(real, name, f->real, flags, out_flags);
+    f->base.pMethods = f->real->pMethods ? &db_methods : NULL;
+    return rc;
+  }
   if (!(flags & SQLITE_OPEN_WAL)) return real->xOpen(real, name, pf, flags, out_flags);
   wal_file *f = (wal_file *)pf;
   memset(f, 0, sizeof *f);
@@ -200,7 +332,6 @@ static int shim_time64(sqlite3_vfs *v, sqlite3_int64 *out) {
 
 static shim shims[SHIMS_MAX];
 static size_t shim_count;
-static pthread_mutex_t shim_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void shim_init(shim *s, sqlite3_vfs *real) {
   snprintf(s->name, sizeof s->name, "qim-wal+%s", real->zName);
