@@ -34,13 +34,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "blake3.h"
 #include "qim/clock.h"
 #include "qim/log.h"
 #include "qim/mem.h"
+#include "qim/record.h"
 #include "store/sqlite_int.h"
 
 #define RECORD_MAGIC 0x514a3031u /* "QJ01" */
@@ -470,12 +470,36 @@ static void remove_below(sq_memory *m, uint64_t first_kept);
 
 /* ---- the writer's side ------------------------------------------------------------------------ */
 
+/*
+ * A segment is written in place over zeros laid down when it is made, as long as the
+ * snapshot spacing plus a quarter: an fdatasync of a file that grows (or of blocks that
+ * fallocate only reserved) also commits the file system's journal, a second device flush
+ * per sync. Replay reads the zeros after the last record as the end of the segment.
+ */
+static int open_segment_at(sq_memory *m, const char *path, int *fd) {
+  *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (*fd < 0) return -errno;
+  uint64_t size = m->snapshot_bytes + m->snapshot_bytes / 4, t0 = sq_now_ns();
+  static const uint8_t zeros[1 << 16];
+  int rc = 0;
+  /* Paced like the snapshots: a burst of zeros would hold up the journal's syncs. */
+  for (uint64_t off = 0; rc == 0 && off < size; off += sizeof zeros) {
+    if (write(*fd, zeros, sizeof zeros) != (ssize_t)sizeof zeros) rc = -EIO;
+    if ((off + sizeof zeros) % STEP_BYTES) continue;
+    sync_file_range(*fd, (off64_t)(off + sizeof zeros - STEP_BYTES), STEP_BYTES,
+                    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    uint64_t due = t0 + (off + sizeof zeros) * 1000u / PACE_MB_S, now = sq_now_ns();
+    if (due > now) usleep((useconds_t)((due - now) / 1000u));
+  }
+  if (rc == 0 && (fdatasync(*fd) || lseek(*fd, 0, SEEK_SET) != 0)) rc = -errno;
+  return rc;
+}
+
 static int open_segment(sq_memory *m, uint64_t first, int *fd) {
   char *path = segment_path(m, first);
-  *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int rc = open_segment_at(m, path, fd);
   qim_free(path);
-  if (*fd < 0) return -errno;
-  return sync_dir(m->jdir);
+  return rc ? rc : sync_dir(m->jdir);
 }
 
 int sq_memory_start(sq_store *st) {
@@ -521,8 +545,10 @@ int sq_memory_after_commit(sq_store *st) {
   put64(head + 8, position);
   record_check(position, p, n, head + 16);
   pthread_mutex_lock(&m->mu);
-  struct iovec v[2] = {{head, sizeof head}, {(void *)p, n}};
-  ssize_t w = writev(m->jfd, v, 2);
+  m->jbuf.p = qim_realloc(m->jbuf.p, m->jbuf.n + sizeof head + n);
+  memcpy(m->jbuf.p + m->jbuf.n, head, sizeof head);
+  memcpy(m->jbuf.p + m->jbuf.n + sizeof head, p, n);
+  m->jbuf.n += sizeof head + n;
   m->since_snapshot += sizeof head + n;
   m->position_written = position;
   bool due = m->since_snapshot >= m->snapshot_bytes && !m->snap_due;
@@ -532,7 +558,7 @@ int sq_memory_after_commit(sq_store *st) {
   }
   pthread_mutex_unlock(&m->mu);
   sq_capture_clear(m->cap);
-  return w == (ssize_t)(sizeof head + n) ? 0 : -EIO;
+  return 0;
 }
 
 void sq_memory_note_erase(sq_store *st) {
@@ -545,18 +571,42 @@ void sq_memory_note_erase(sq_store *st) {
 
 /* ---- the syncer's side ------------------------------------------------------------------------ */
 
+/* Writes what is pending for one segment and syncs it. */
+static int write_sync(int fd, qim_bytes *pending) {
+  int rc = 0;
+  for (size_t at = 0; rc == 0 && at < pending->n;) {
+    ssize_t w = write(fd, pending->p + at, pending->n - at);
+    if (w < 0 && errno != EINTR) rc = -errno;
+    if (w > 0) at += (size_t)w;
+  }
+  qim_bytes_free(pending);
+  return rc == 0 && fdatasync(fd) ? -errno : rc;
+}
+
+/*
+ * The syncer, not the writer, writes the records: the writer only appends them to a buffer.
+ * A writer appending to the journal itself waited whenever its page was being written out
+ * by the sync under way (a page under write-back cannot change), ~400 µs a batch: its
+ * COMMITs took 625 µs against 193 for today's store. The order is kept: the records of a
+ * segment cut by a snapshot (prev) are written and synced before the new one's.
+ */
 int sq_memory_sync(sq_store *st) {
   sq_memory *m = &st->mem;
   pthread_mutex_lock(&m->mu);
   int prev = m->prev_fd, cur = m->jfd;
+  qim_bytes prev_buf = m->prev_buf, cur_buf = m->jbuf;
   m->prev_fd = -1;
+  m->prev_buf = m->jbuf = (qim_bytes){0};
   pthread_mutex_unlock(&m->mu);
   int rc = 0;
   if (prev >= 0) {
-    if (fdatasync(prev)) rc = -errno;
+    rc = write_sync(prev, &prev_buf);
     close(prev);
   }
-  if (rc == 0 && fdatasync(cur)) rc = -errno;
+  if (rc == 0)
+    rc = write_sync(cur, &cur_buf);
+  else
+    qim_bytes_free(&cur_buf);
   return rc;
 }
 
@@ -566,6 +616,11 @@ int sq_memory_sync(sq_store *st) {
  * the first position of the new segment. */
 static uint64_t rotate(sq_store *st) {
   sq_memory *m = &st->mem;
+  /* The new segment is laid down under a name no replay reads, outside the lock the writer
+   * takes for every batch, and renamed to its first position under it. */
+  char *next = path_join(m->jdir, "/next");
+  int fd = -1;
+  bool made = open_segment_at(m, next, &fd) == 0;
   pthread_mutex_lock(&m->mu);
   while (m->prev_fd >= 0 && !m->snap_closing) { /* the syncer still owes the last one a sync */
     pthread_mutex_unlock(&m->mu);
@@ -573,16 +628,24 @@ static uint64_t rotate(sq_store *st) {
     pthread_mutex_lock(&m->mu);
   }
   uint64_t first = m->position_written + 1;
-  int fd;
-  if (open_segment(m, first, &fd) == 0) {
+  char *path = segment_path(m, first);
+  made = made && rename(next, path) == 0;
+  qim_free(path);
+  if (made) {
     m->prev_fd = m->jfd;
+    m->prev_buf = m->jbuf; /* its records not yet written */
+    m->jbuf = (qim_bytes){0};
     m->jfd = fd;
   } else {
+    if (fd >= 0) close(fd);
     first = 0; /* keep writing the old one; no segment is removed this time */
   }
   m->since_snapshot = 0;
   m->snapshot_bytes = m->snapshot_kb ? m->snapshot_kb * 1024 : SNAPSHOT_MIN_BYTES;
   pthread_mutex_unlock(&m->mu);
+  if (made) sync_dir(m->jdir);
+  unlink(next);
+  qim_free(next);
   return first;
 }
 
@@ -765,6 +828,8 @@ void sq_memory_free(sq_store *st) {
   if (m->prev_fd >= 0) close(m->prev_fd);
   if (m->jfd >= 0) close(m->jfd);
   m->prev_fd = m->jfd = -1;
+  qim_bytes_free(&m->jbuf);
+  qim_bytes_free(&m->prev_buf);
   sq_vfs_untrack_writes(m);
   if (m->live) remove_live(m->live);
   qim_free(m->live);
