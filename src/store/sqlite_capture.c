@@ -143,7 +143,7 @@ static void put(sq_capture *c, const void *p, size_t n) {
     c->cap = (c->len + n) * 2 + 4096;
     c->buf = qim_realloc(c->buf, c->cap);
   }
-  memcpy(c->buf + c->len, p, n);
+  if (n) memcpy(c->buf + c->len, p, n); /* an empty value's pointer may be NULL */
   c->len += n;
 }
 
@@ -308,10 +308,13 @@ static void bind_next(reader *r, sqlite3_stmt *st, int i) {
     size_t n = (size_t)take_le(r, 4);
     const uint8_t *p = take(r, n);
     if (!p) return;
+    /* An empty value stays empty, not NULL (a NULL pointer would bind NULL). */
     if (type == SQLITE_TEXT)
-      sqlite3_bind_text(st, i, (const char *)p, (int)n, SQLITE_STATIC);
-    else
+      sqlite3_bind_text(st, i, n ? (const char *)p : "", (int)n, SQLITE_STATIC);
+    else if (n)
       sqlite3_bind_blob(st, i, p, (int)n, SQLITE_STATIC);
+    else
+      sqlite3_bind_zeroblob(st, i, 0);
   } else if (type == SQLITE_NULL) {
     sqlite3_bind_null(st, i);
   } else {

@@ -89,7 +89,8 @@ static void test_replayed_changes_give_the_same_rows_and_rowids(void **state) {
   run(a, "BEGIN;"
          "INSERT INTO r VALUES(3, 'three', x'03', -2.25);"
          "INSERT INTO ip(id, v) VALUES(40, 'forty');"
-         "INSERT INTO w VALUES(x'12', 2, NULL);");
+         "INSERT INTO w VALUES(x'12', 2, NULL);"
+         "INSERT INTO w VALUES(x'13', 3, x''), (x'14', 4, '');"); /* empty, not NULL */
   run(a, "SAVEPOINT op");
   sq_capture_savepoint(cap);
   run(a, "INSERT INTO r VALUES(9, 'undone', x'09', 0);"
@@ -116,6 +117,8 @@ static void test_replayed_changes_give_the_same_rows_and_rowids(void **state) {
   assert_string_equal(da, db);
   assert_non_null(strstr(db, "n,102,NULL,2\n")); /* the moved row kept its new rowid */
   assert_null(strstr(db, "undone"));
+  assert_non_null(strstr(db, "w,X'13',3,X''\n"));
+  assert_non_null(strstr(db, "w,X'14',4,''\n"));
   free(da);
   free(db);
   sq_capture_clear(cap);
