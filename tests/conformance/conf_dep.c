@@ -4,6 +4,8 @@
  *
  *   "sqlite:" / "sqlite:DIR"   a fresh temporary directory (under DIR, else $TMPDIR or
  *                              /tmp) holding a fresh database file; removed on close;
+ *   "sqlite-memory:" / "sqlite-memory:DIR"  the same in store-memory mode, its memory
+ *                              directory inside that one, a snapshot every 64 KiB of journal;
  *   "redis:" / "redis:DIR"     a private redis-server in a fresh temporary directory,
  *                              stopped by its pid and removed on close;
  *   "fault:MODE+URL"           URL's dependency, its store wrapped by conf_fault.c.
@@ -75,6 +77,18 @@ static int make_sqlite(conf_dep *d, const char *spec, char *why, size_t cap) {
   return rc;
 }
 
+static int make_sqlite_memory(conf_dep *d, const char *spec, char *why, size_t cap) {
+  int rc = make_dir(d, spec, why, cap);
+  if (rc) return rc;
+  char *mem;
+  if (asprintf(&mem, "%s/mem", d->dir) < 0) abort();
+  if (mkdir(mem, 0700) != 0) rc = unavailable(why, cap, "mkdir %s: %s", mem, strerror(errno));
+  if (!rc && asprintf(&d->backend_url, "sqlite:%s/store.db?memory=%s&snapshot_kb=64", d->dir, mem) < 0)
+    abort();
+  free(mem);
+  return rc;
+}
+
 static int make_redis(conf_dep *d, const char *spec, char *why, size_t cap) {
   int port, rc = make_dir(d, spec, why, cap);
   if (rc) return rc;
@@ -108,6 +122,8 @@ int conf_dep_open(const char *url, const qim_store_options *opt, conf_dep **out,
   int rc;
   if (!strncmp(url, "sqlite:", 7))
     rc = make_sqlite(d, url + 7, why, cap);
+  else if (!strncmp(url, "sqlite-memory:", 14))
+    rc = make_sqlite_memory(d, url + 14, why, cap);
   else if (!strncmp(url, "redis:", 6))
     rc = make_redis(d, url + 6, why, cap);
   else
