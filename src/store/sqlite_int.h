@@ -182,6 +182,7 @@ typedef struct sq_memory {
   uint64_t position_written, since_snapshot, snapshot_bytes;
   uint64_t snapshot_kb; /* from the location (snapshot_kb=); 0 = SNAPSHOT_MIN_BYTES */
   bool snap_due, snap_closing, snap_started;
+  bool fold_wanted; /* an erase: the next snapshot is a whole new base */
   pthread_t snap_thread;
   /* Page snapshots: the database file's pages written since the last one (a bitmap under
    * dirty_mu, filled by the VFS), and the set the checkpointer read for the snapshot

@@ -565,6 +565,7 @@ void sq_memory_note_erase(sq_store *st) {
   sq_memory *m = &st->mem;
   pthread_mutex_lock(&m->mu);
   m->snap_due = true;
+  m->fold_wanted = true; /* the base and the page log may hold the erased content */
   pthread_cond_signal(&m->cv);
   pthread_mutex_unlock(&m->mu);
 }
@@ -774,7 +775,10 @@ int sq_memory_snapshot(sq_store *st) {
   uint64_t live = stat(m->live, &sb) == 0 ? (uint64_t)sb.st_size : 0, position = 0;
   uint64_t t0 = sq_now_ns();
   /* The page log past the database's size: fold it into a new base. */
-  bool fold = m->plog_len > live;
+  pthread_mutex_lock(&m->mu);
+  bool fold = m->plog_len > live || m->fold_wanted;
+  m->fold_wanted = false;
+  pthread_mutex_unlock(&m->mu);
   int rc;
   if (fold) {
     dirty_clear(m);

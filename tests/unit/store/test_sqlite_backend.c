@@ -7,6 +7,7 @@
  * before its completion (never for a failed one), completions arrive on the caller's event
  * loop, data survives a reopen, and the shard configuration is fixed at creation.
  */
+#include <ftw.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <uv.h>
@@ -753,6 +754,63 @@ static void test_wiped_body_leaves_no_bytes_on_disk(void **state) {
   qim_test_rmtree(dir);
 }
 
+/* Any regular file under the tree holds `needle`. */
+static const char *tree_needle;
+static bool tree_found;
+static int tree_visit(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+  (void)sb, (void)ftw;
+  if (type == FTW_F && file_contains(path, tree_needle)) tree_found = true;
+  return 0;
+}
+static bool tree_contains(const char *dir, const char *needle) {
+  tree_needle = needle;
+  tree_found = false;
+  assert_int_equal(nftw(dir, tree_visit, 16, FTW_PHYS), 0);
+  return tree_found;
+}
+
+/* Store-memory mode: a wiped and redacted body is gone from every file on the disk (the base,
+ * the page log, the journal's segments) and in the memory directory within the bound: an
+ * erase folds a new base at once and drops the segments below it. */
+static void test_memory_mode_wiped_body_leaves_no_bytes_in_any_file(void **state) {
+  (void)state;
+  static const char secret[] = "the-memory-secret-body-5d21";
+  char *dir = qim_test_tmpdir("store-memory-gone");
+  char mem[4200], suffix[4300];
+  snprintf(mem, sizeof mem, "%s/mem", dir);
+  assert_int_equal(mkdir(mem, 0700), 0);
+  snprintf(suffix, sizeof suffix, "?memory=%s&snapshot_kb=16", mem);
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, suffix, &o);
+  fx_create_group(s, 1, 1);
+  qim_commit_intent p = fx_proposal(1, 1, 1, secret);
+  assert_int_equal(fx_commit(s, &p), 1);
+  mailbox_put(s, &p);
+  for (int i = 2; i < 40; i++) { /* enough journal for page sets before the erase */
+    qim_commit_intent q = fx_proposal(1, 1, (uint64_t)i, "filler-body-of-a-later-message");
+    assert_int_equal(fx_commit(s, &q), (uint64_t)i);
+    qim_commit_intent_free(&q);
+  }
+  /* Where it is by now depends on the snapshots: the journal, the page log or the base. */
+  struct timespec settle = {0, 300000000};
+  nanosleep(&settle, NULL);
+  assert_true(tree_contains(dir, secret));
+
+  fx_hard_delete(s, 1, 1);
+  qim_store_log_redact_req red = {0};
+  red.position = (qim_log_position){outbox(), 1};
+  assert_int_equal(QIM_STORE_SYNC(s, logs.redact, &red), 0);
+  struct timespec pause = {1, 600000000}; /* past the writer's idle checkpoint */
+  nanosleep(&pause, NULL);
+  assert_false(tree_contains(dir, secret));
+  qim_store_close(s);
+  s = fx_open(dir, suffix, &o); /* and what reopens from the disk is whole */
+  assert_false(tree_contains(dir, secret));
+  qim_store_close(s);
+  qim_commit_intent_free(&p);
+  qim_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_group_commit_batches_concurrent_submitters),
@@ -766,6 +824,7 @@ int main(void) {
       cmocka_unit_test(test_linger_stops_for_a_lone_sequential_client),
       cmocka_unit_test(test_worker_reads_run_on_their_own_thread_loop_reads_do_not),
       cmocka_unit_test(test_reopen_keeps_committed_data),
+      cmocka_unit_test(test_memory_mode_wiped_body_leaves_no_bytes_in_any_file),
       cmocka_unit_test(test_reopen_with_other_shard_config_is_refused),
       cmocka_unit_test(test_unspecified_layout_is_the_stores_own_or_the_default),
       cmocka_unit_test(test_wiped_body_leaves_no_bytes_on_disk),
