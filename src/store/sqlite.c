@@ -658,10 +658,12 @@ static int wal_hook(void *ctx, sqlite3 *db, const char *name, int frames) {
 static bool idle_checkpoint(sq_store *st) {
   /* TRUNCATE waits for readers through the busy handler; a long read must not hold up the
    * writer: give up quickly (SQLITE_BUSY) and try again at the next pause. */
+  if (pthread_mutex_trylock(&st->ckpt.copy_mu) != 0) return false; /* a copy or a page set */
   sqlite3_busy_timeout(st->wconn.db, IDLE_CHECKPOINT_WAIT_MS);
   uint64_t t0 = sq_now_ns();
   int rc = sqlite3_wal_checkpoint_v2(st->wconn.db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
   sqlite3_busy_timeout(st->wconn.db, BUSY_TIMEOUT_MS);
+  pthread_mutex_unlock(&st->ckpt.copy_mu);
   atomic_fetch_add_explicit(&st->stats.truncate_ns, sq_now_ns() - t0, memory_order_relaxed);
   if (rc == SQLITE_OK) atomic_fetch_add_explicit(&st->stats.truncates, 1, memory_order_relaxed);
   if (rc != SQLITE_OK && rc != SQLITE_BUSY)

@@ -106,10 +106,9 @@ static void *ckpt_main(void *arg) {
     while (!k->running && !k->closing) pthread_cond_wait(&k->cv, &k->mu);
     if (k->closing) break;
     pthread_mutex_unlock(&k->mu);
+    pthread_mutex_lock(&k->copy_mu);
     copy_round(st);
-    /* The database file now stands at one commit, and no other copy runs: the moment a
-     * store-memory snapshot reads its changed pages. */
-    if (st->mem.on) sq_memory_after_round(st);
+    pthread_mutex_unlock(&k->copy_mu);
     pthread_mutex_lock(&k->mu);
     k->running = false;
     pthread_cond_broadcast(&k->done_cv);
@@ -149,6 +148,7 @@ int sq_ckpt_start(sq_store *st) {
   pthread_cond_init(&k->cv, NULL);
   pthread_cond_init(&k->wb_cv, NULL);
   pthread_cond_init(&k->done_cv, NULL);
+  pthread_mutex_init(&k->copy_mu, NULL);
   k->db_fd = -1;
   k->inited = true;
   int rc = sq_conn_open(st, &k->conn, true);
@@ -181,24 +181,19 @@ void sq_ckpt_stop(sq_store *st) {
   pthread_cond_destroy(&k->done_cv);
   pthread_cond_destroy(&k->wb_cv);
   pthread_cond_destroy(&k->cv);
+  pthread_mutex_destroy(&k->copy_mu);
   pthread_mutex_destroy(&k->mu);
   k->inited = false;
 }
 
-void sq_ckpt_request(sq_store *st) {
-  sq_ckpt *k = &st->ckpt;
-  pthread_mutex_lock(&k->mu);
-  if (!k->running && k->started) {
-    k->running = true;
-    pthread_cond_signal(&k->cv);
-  }
-  pthread_mutex_unlock(&k->mu);
-}
-
-/* The writer checkpoints itself (the remainder after a round, or past the hard limit). */
+/* The writer checkpoints itself (the remainder after a round, or past the hard limit). A
+ * store-memory page set holding copy_mu makes it skip this copy; the next COMMIT decides
+ * again. */
 static void copy_inline(sq_store *st, sqlite3 *db, const char *name) {
+  if (pthread_mutex_trylock(&st->ckpt.copy_mu) != 0) return;
   uint64_t t0 = sq_now_ns();
   sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  pthread_mutex_unlock(&st->ckpt.copy_mu);
   atomic_fetch_add_explicit(&st->stats.checkpoint_ns, sq_now_ns() - t0, memory_order_relaxed);
   atomic_fetch_add_explicit(&st->stats.checkpoints, 1, memory_order_relaxed);
 }

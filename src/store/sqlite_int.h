@@ -138,6 +138,10 @@ typedef struct sq_ckpt {
   pthread_mutex_t mu;
   pthread_cond_t cv, wb_cv;       /* work for the checkpointer; a pass copying (write-back) */
   pthread_cond_t done_cv;         /* a round ended (the writer waits at the hard bound) */
+  /* Held by whoever copies WAL pages into the database file: the checkpointer for a round
+   * and what follows it, the writer for its own copy (which skips a copy it cannot have).
+   * A store-memory page set reads the file under it, so it never sees a copy half done. */
+  pthread_mutex_t copy_mu;
   bool running, closing, copying; /* running: a round asked for or under way */
   uint64_t copied;                /* WAL frames the last pass left copied */
   bool inited, started, wb_started;
@@ -182,22 +186,15 @@ typedef struct sq_memory {
   uint64_t position_written, since_snapshot, snapshot_bytes;
   uint64_t snapshot_kb; /* from the location (snapshot_kb=); 0 = SNAPSHOT_MIN_BYTES */
   bool snap_due, snap_closing, snap_started;
-  bool fold_wanted; /* an erase: the next snapshot is a whole new base */
+  bool erase_wanted; /* an erase: the next snapshot copies the WAL up to its cut first */
   pthread_t snap_thread;
-  /* Page snapshots: the database file's pages written since the last one (a bitmap under
-   * dirty_mu, filled by the VFS), and the set the checkpointer read for the snapshot
-   * thread (under mu). */
+  /* The database file's pages written since the last page set (a bitmap under dirty_mu,
+   * filled by the VFS). */
   pthread_mutex_t dirty_mu;
   uint8_t *dirty;
   size_t dirty_pages;
   uint32_t page_size;
-  bool set_wanted, set_ready;
-  int set_rc;
-  qim_bytes set; /* pages read: u32 page number, then the page */
-  uint32_t set_count;
-  uint64_t set_position, set_db_pages;
-  char *plog;       /* base + "-pages": the page log */
-  uint64_t plog_len; /* snapshot thread */
+  char *plog; /* base + "-pages": the page log, the set being written into the base */
 } sq_memory;
 
 #define SQ_ERASE_UNPLACED UINT64_MAX
@@ -295,7 +292,6 @@ void sq_ckpt_stop(sq_store *st);
  * has grown too long. */
 void sq_ckpt_after_commit(sq_store *st, sqlite3 *db, const char *name, int frames);
 /* A round now, unless one is under way (store-memory snapshots). */
-void sq_ckpt_request(sq_store *st);
 /* How long the WAL grows under writes before it starts over (frames). */
 uint64_t sq_ckpt_restart_frames(const sq_store *st);
 
@@ -529,7 +525,6 @@ int sq_memory_sync(sq_store *st);
 /* An erase: a snapshot soon, so the segments holding the erased content go. */
 void sq_memory_note_erase(sq_store *st);
 /* The checkpointer, after each round: reads the changed pages when a snapshot wants them. */
-void sq_memory_after_round(sq_store *st);
 /* One snapshot now (the snapshot thread; tests). */
 int sq_memory_snapshot(sq_store *st);
 void *sq_memory_snapshot_main(void *arg);
