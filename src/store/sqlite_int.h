@@ -182,6 +182,7 @@ typedef struct sq_memory {
   pthread_mutex_t mu;      /* the fields below */
   pthread_cond_t cv;       /* a snapshot is due, or closing */
   int jfd, prev_fd;        /* the segment written; one cut, which the syncer syncs first */
+  int spare_fd;            /* snapshot thread: the next segment, laid down (jdir/next) */
   qim_bytes jbuf, prev_buf; /* their records the syncer has still to write */
   uint64_t position_written, since_snapshot, snapshot_bytes;
   uint64_t snapshot_kb; /* from the location (snapshot_kb=); 0 = SNAPSHOT_MIN_BYTES */

@@ -170,7 +170,7 @@ static void mark_written(void *ctx, sqlite3_int64 off, int n);
 int sq_memory_prepare(sq_store *st, const char *memdir) {
   sq_memory *m = &st->mem;
   m->on = true;
-  m->jfd = m->prev_fd = -1;
+  m->jfd = m->prev_fd = m->spare_fd = -1;
   pthread_mutex_init(&m->mu, NULL);
   pthread_cond_init(&m->cv, NULL);
   m->inited = true;
@@ -312,8 +312,6 @@ int sq_memory_replay(sq_store *st) {
 
 /* ---- page sets: the pages the copies changed, through the page log into the base ---------------- */
 
-#define SET_MAGIC 0x51505331u /* "QPS1" */
-
 /* The VFS's report of a write to the live database file. */
 static void mark_written(void *ctx, sqlite3_int64 off, int n) {
   sq_memory *m = ctx;
@@ -366,71 +364,48 @@ static int file_position(const char *path, uint64_t *out) {
   return rc;
 }
 
-/* One set: entries of a u32 page number and the page, applied in order (a page may come
- * twice; the later wins), then the file cut to db_pages. */
+/*
+ * A page set in PATH-pages, laid out for direct I/O (the set is the snapshot's bulk: no
+ * page-cache copies of it): the pages from offset 0, page_size each; then, padded to whole
+ * pages, the index (a u32 page number per page, in the order written: a page may come
+ * twice, and the later wins) and, at the file's very end, the trailer: magic, count,
+ * position, pages in the database file, and a BLAKE3 of the pages, the index and the
+ * trailer before it. A set is gathered and written a slice at a time, so a snapshot holds
+ * SLICE_BYTES of pages in memory, not the set.
+ */
+#define SET_MAGIC 0x51505332u /* "QPS2" */
+#define TRAILER 32
+#define SLICE_BYTES (1u << 20)
+
 typedef struct page_set {
-  qim_bytes entries;
-  uint32_t count;
+  uint32_t *index; /* page numbers, in the order the pages were written */
+  size_t count, cap, flushed;
   uint64_t position, db_pages;
+  blake3_hasher hash;
+  int fd;            /* PATH-pages */
+  uint8_t *slice;    /* pages gathered, not yet written */
+  size_t in_slice, slice_pages;
+  uint64_t t0;       /* pacing: when the first slice went out */
+  bool paced;
 } page_set;
 
-/* Appends the pages `bits` marks below `limit` as the file holds them now. `strict`: the file
- * stands still (a short read is an error); otherwise a page the file no longer reaches is
- * left out (the strict pass reads whatever changed meanwhile). */
-static int set_read(sq_memory *m, int fd, const uint8_t *bits, size_t pages, uint64_t limit,
-                    bool strict, page_set *s) {
-  uint32_t ps = m->page_size, more = 0;
-  size_t scan = pages < limit ? pages : (size_t)limit;
-  for (size_t pg = 0; pg < scan; pg++) more += (bits[pg / 8] >> (pg % 8)) & 1u;
-  s->entries.p = qim_realloc(s->entries.p, s->entries.n + (size_t)more * (4 + ps) + 1);
-  for (size_t pg = 0; pg < scan; pg++) {
-    if (!(bits[pg / 8] & (1u << (pg % 8)))) continue;
-    uint8_t *e = s->entries.p + s->entries.n;
-    put32(e, (uint32_t)pg);
-    if (pread(fd, e + 4, ps, (off_t)(pg * ps)) != (ssize_t)ps) {
-      if (strict) return -EIO;
-      continue;
-    }
-    s->entries.n += 4 + ps;
-    s->count++;
-  }
-  return 0;
+/* Direct I/O where the page size allows it and the file system has it (tmpfs has not). */
+static int open_direct(const sq_memory *m, const char *path, int flags) {
+  int fd = m->page_size % 4096 ? -1 : open(path, flags | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0) fd = open(path, flags | O_CLOEXEC, 0600);
+  return fd;
 }
 
-/*
- * The pages the copies wrote since the last set, at one commit. Two passes, as a live
- * migration copies memory: the first reads them while the checkpoints go on (the bulk,
- * holding nothing up); the second holds copy_mu, so no copy is half done and the file
- * stands at one commit, and reads again what was written since the first began. Holding
- * the checkpointer for the whole read instead (at nice 19, 250 MB on a loaded machine
- * took it 1.4-2.9 s) held the writer at the WAL's hard bound: p99 1.5 s at 5,000 msgs/s.
- */
-static int set_take(sq_store *st, page_set *s, bool cover) {
-  sq_memory *m = &st->mem;
-  int fd = open(m->live, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  size_t n1, n2;
-  uint8_t *first = dirty_take(m, &n1), *second = NULL;
-  int rc = set_read(m, fd, first, n1, UINT64_MAX, false, s);
-  pthread_mutex_lock(&st->ckpt.copy_mu);
-  /* An erase: the WAL copied up to now first, on the checkpointer's connection (its thread
-   * uses it only under copy_mu). */
-  if (cover) sqlite3_wal_checkpoint_v2(st->ckpt.conn.db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-  second = dirty_take(m, &n2);
-  struct stat sb;
-  if (rc == 0 && fstat(fd, &sb) != 0) rc = -errno;
-  if (rc == 0) s->db_pages = (uint64_t)sb.st_size / m->page_size;
-  if (rc == 0) rc = set_read(m, fd, second, n2, s->db_pages, true, s);
-  if (rc == 0) rc = file_position(m->live, &s->position);
-  pthread_mutex_unlock(&st->ckpt.copy_mu);
-  close(fd);
-  if (rc) {
-    dirty_give_back(m, first, n1);
-    dirty_give_back(m, second, n2);
-  }
-  qim_free(first);
-  qim_free(second);
-  return rc;
+/* Aligned for direct I/O; like qim_malloc, a failure aborts (mem.h's policy). */
+static void *aligned_buffer(size_t n) {
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, n) != 0) abort();
+  return p;
+}
+
+static void *slice_new(const sq_memory *m, size_t *pages) {
+  *pages = SLICE_BYTES / m->page_size ? SLICE_BYTES / m->page_size : 1;
+  return aligned_buffer(*pages * m->page_size);
 }
 
 /* Pauses so that `done` bytes written since t0 go out at most PACE_MB_S. */
@@ -439,65 +414,161 @@ static void pace(uint64_t t0, uint64_t done) {
   if (due > now) usleep((useconds_t)((due - now) / 1000u));
 }
 
-/* Writes `n` bytes at `off`, STEP_BYTES at a time, each step waited for and the steps paced,
- * so the journal's small syncs (which flush whatever the device holds) never wait behind
- * the whole write. */
-static int write_paced(int fd, const uint8_t *p, size_t n, uint64_t off) {
-  uint64_t t0 = sq_now_ns();
-  for (size_t at = 0; at < n; at += STEP_BYTES) {
-    size_t k = n - at < STEP_BYTES ? n - at : STEP_BYTES;
-    if (pwrite(fd, p + at, k, (off_t)(off + at)) != (ssize_t)k) return -EIO;
-    sync_file_range(fd, (off64_t)(off + at), (off64_t)k,
-                    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-    pace(t0, at + k);
+static int slice_flush(const sq_memory *m, page_set *s) {
+  if (!s->in_slice) return 0;
+  size_t n = s->in_slice * m->page_size;
+  if (pwrite(s->fd, s->slice, n, (off_t)(s->flushed * m->page_size)) != (ssize_t)n) return -EIO;
+  blake3_hasher_update(&s->hash, s->slice, n);
+  s->flushed += s->in_slice;
+  s->in_slice = 0;
+  if (s->paced) pace(s->t0, (uint64_t)s->flushed * m->page_size);
+  return 0;
+}
+
+/* Adds pages [first, first + n) as the live file holds them now. Not `strict`: the file
+ * may have shrunk meanwhile, and what it no longer reaches is left out. */
+static int set_add_run(const sq_memory *m, page_set *s, int live, uint64_t first, size_t n,
+                       bool strict) {
+  uint32_t ps = m->page_size;
+  while (n) {
+    size_t k = s->slice_pages - s->in_slice < n ? s->slice_pages - s->in_slice : n;
+    ssize_t r = pread(live, s->slice + s->in_slice * ps, k * ps, (off_t)(first * ps));
+    if (r != (ssize_t)(k * ps)) {
+      if (strict || r < 0) return -EIO;
+      k = (size_t)r / ps;
+      n = k; /* the rest is past the file's end */
+    }
+    if (s->count + k > s->cap) {
+      s->cap = (s->count + k) * 2;
+      s->index = qim_realloc(s->index, s->cap * sizeof *s->index);
+    }
+    for (size_t i = 0; i < k; i++) s->index[s->count++] = (uint32_t)(first + i);
+    s->in_slice += k;
+    first += k;
+    n -= k;
+    if (s->in_slice == s->slice_pages) {
+      int rc = slice_flush(m, s);
+      if (rc) return rc;
+    }
+    if (!k) break;
   }
   return 0;
 }
 
-/* The set as the page log's only content: header (magic, count), the entries, trailer
- * (position, pages in the file, BLAKE3 of all before it), synced. */
-static int plog_write(sq_memory *m, const page_set *s) {
-  int fd = open(m->plog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return -errno;
-  uint8_t head[8], tail[24];
-  put32(head, SET_MAGIC);
-  put32(head + 4, s->count);
-  put64(tail, s->position);
-  put64(tail + 8, s->db_pages);
-  blake3_hasher h;
-  blake3_hasher_init(&h);
-  blake3_hasher_update(&h, head, sizeof head);
-  blake3_hasher_update(&h, s->entries.p, s->entries.n);
-  blake3_hasher_update(&h, tail, 16);
-  blake3_hasher_finalize(&h, tail + 16, 8);
-  int rc = pwrite(fd, head, sizeof head, 0) == sizeof head ? 0 : -EIO;
-  if (rc == 0) rc = write_paced(fd, s->entries.p, s->entries.n, sizeof head);
-  if (rc == 0 && pwrite(fd, tail, sizeof tail, (off_t)(sizeof head + s->entries.n)) != sizeof tail)
-    rc = -EIO;
-  if (rc == 0 && fdatasync(fd)) rc = -errno;
-  close(fd);
+/* Adds the pages `bits` marks below `limit`, runs of neighbours read at once. */
+static int set_gather(const sq_memory *m, page_set *s, int live, const uint8_t *bits,
+                      size_t pages, uint64_t limit, bool strict) {
+  size_t scan = pages < limit ? pages : (size_t)limit;
+  for (size_t pg = 0; pg < scan;) {
+    if (!(bits[pg / 8] & (1u << (pg % 8)))) {
+      pg++;
+      continue;
+    }
+    size_t end = pg;
+    while (end < scan && (bits[end / 8] & (1u << (end % 8)))) end++;
+    int rc = set_add_run(m, s, live, pg, end - pg, strict);
+    if (rc) return rc;
+    pg = end;
+  }
+  return 0;
+}
+
+/* The index and the trailer, padded at the front to whole pages, then the sync. */
+static int set_finish_log(const sq_memory *m, page_set *s) {
+  int rc = slice_flush(m, s);
+  uint32_t ps = m->page_size;
+  size_t tail = (s->count * 4 + TRAILER + ps - 1) / ps * ps;
+  uint8_t *buf = aligned_buffer(tail);
+  memset(buf, 0, tail);
+  uint8_t *idx = buf + tail - TRAILER - s->count * 4, *tr = buf + tail - TRAILER;
+  for (size_t i = 0; i < s->count; i++) put32(idx + 4 * i, s->index[i]);
+  put32(tr, SET_MAGIC);
+  put32(tr + 4, (uint32_t)s->count);
+  put64(tr + 8, s->position);
+  put64(tr + 16, s->db_pages);
+  blake3_hasher_update(&s->hash, idx, s->count * 4 + 24);
+  blake3_hasher_finalize(&s->hash, tr + 24, 8);
+  if (rc == 0 && pwrite(s->fd, buf, tail, (off_t)(s->flushed * ps)) != (ssize_t)tail) rc = -EIO;
+  if (rc == 0 && fdatasync(s->fd)) rc = -errno;
+  free(buf);
   return rc;
 }
 
-/* The set written into the base in place (paced while the store runs), and synced. A crash
- * part way leaves the set in the page log, and opening writes it again (plog_finish). */
-static int base_apply(sq_memory *m, const page_set *s, bool paced) {
-  int fd = open(m->base, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  uint32_t ps = m->page_size;
-  uint64_t t0 = sq_now_ns(), done = 0;
-  int rc = 0;
-  for (uint32_t i = 0; rc == 0 && i < s->count; i++) {
-    const uint8_t *e = s->entries.p + (size_t)i * (4 + ps);
-    if (pwrite(fd, e + 4, ps, (off_t)(get_le(e, 4) * ps)) != (ssize_t)ps) rc = -EIO;
-    done += ps;
-    if (!paced || (done % STEP_BYTES && i + 1 < s->count)) continue;
-    sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-    pace(t0, done);
+/*
+ * Gathers the pages the copies wrote since the last set, at one commit, and writes them to
+ * PATH-pages (synced). Two passes, as a live migration copies memory: the first reads them
+ * while the checkpoints go on, holding nothing up; the second holds copy_mu, so no copy is
+ * half done and the file stands at one commit, and reads again what was written since the
+ * first began. Holding the checkpointer for the whole read instead (at nice 19, 300 MB on a
+ * loaded machine took it 1.4-2.9 s) held the writer at the WAL's hard bound: p99 1.5-2.1 s
+ * at 5,000 msgs/s. `cover` (an erase): the WAL copied up to now first.
+ */
+static int set_take(sq_store *st, page_set *s, bool cover) {
+  sq_memory *m = &st->mem;
+  int live = open(m->live, O_RDONLY | O_CLOEXEC);
+  s->fd = open_direct(m, m->plog, O_WRONLY | O_CREAT | O_TRUNC);
+  if (live < 0 || s->fd < 0) {
+    int rc = -errno;
+    if (live >= 0) close(live);
+    return rc;
   }
-  if (rc == 0 && ftruncate(fd, (off_t)(s->db_pages * ps))) rc = -errno;
-  if (rc == 0 && fdatasync(fd)) rc = -errno;
-  close(fd);
+  s->slice = slice_new(m, &s->slice_pages);
+  s->t0 = sq_now_ns();
+  s->paced = true;
+  blake3_hasher_init(&s->hash);
+  size_t n1, n2;
+  uint8_t *first = dirty_take(m, &n1), *second = NULL;
+  int rc = set_gather(m, s, live, first, n1, UINT64_MAX, false);
+  pthread_mutex_lock(&st->ckpt.copy_mu);
+  s->paced = false; /* no pause while the checkpointer waits for copy_mu */
+  /* The checkpointer's connection: its thread uses it only under copy_mu. */
+  if (cover) sqlite3_wal_checkpoint_v2(st->ckpt.conn.db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  second = dirty_take(m, &n2);
+  struct stat sb;
+  if (rc == 0 && fstat(live, &sb) != 0) rc = -errno;
+  if (rc == 0) s->db_pages = (uint64_t)sb.st_size / m->page_size;
+  if (rc == 0) rc = set_gather(m, s, live, second, n2, s->db_pages, true);
+  if (rc == 0) rc = slice_flush(m, s); /* the file may move on once copy_mu is let go */
+  if (rc == 0) rc = file_position(m->live, &s->position);
+  pthread_mutex_unlock(&st->ckpt.copy_mu);
+  close(live);
+  if (rc == 0) rc = set_finish_log(m, s);
+  if (rc) { /* the pages stay owed to the next set */
+    dirty_give_back(m, first, n1);
+    dirty_give_back(m, second, n2);
+  }
+  qim_free(first);
+  qim_free(second);
+  return rc;
+}
+
+/* The set's pages read back from PATH-pages and written into the base in place, runs of
+ * neighbours at once, then the base cut to its size and synced. A crash part way leaves
+ * the set in PATH-pages, and opening writes it again (plog_finish). */
+static int base_apply(sq_memory *m, page_set *s, bool paced) {
+  uint32_t ps = m->page_size;
+  int in = open_direct(m, m->plog, O_RDONLY), out = open_direct(m, m->base, O_WRONLY);
+  int rc = in < 0 || out < 0 ? -errno : 0;
+  uint8_t *slice = slice_new(m, &s->slice_pages);
+  uint64_t t0 = sq_now_ns();
+  for (size_t at = 0; rc == 0 && at < s->count; at += s->slice_pages) {
+    size_t k = s->count - at < s->slice_pages ? s->count - at : s->slice_pages;
+    if (pread(in, slice, k * ps, (off_t)(at * ps)) != (ssize_t)(k * ps)) rc = -EIO;
+    for (size_t i = 0; rc == 0 && i < k;) {
+      size_t j = i + 1;
+      while (j < k && s->index[at + j] == s->index[at + j - 1] + 1) j++;
+      size_t n = (j - i) * ps;
+      if (pwrite(out, slice + i * ps, n, (off_t)((uint64_t)s->index[at + i] * ps)) != (ssize_t)n)
+        rc = -EIO;
+      i = j;
+    }
+    if (paced) pace(t0, (uint64_t)(at + k) * ps);
+  }
+  if (rc == 0 && ftruncate(out, (off_t)(s->db_pages * ps))) rc = -errno;
+  if (rc == 0 && fdatasync(out)) rc = -errno;
+  free(slice);
+  if (in >= 0) close(in);
+  if (out >= 0) close(out);
   return rc;
 }
 
@@ -517,50 +588,65 @@ static int plog_clear(sq_memory *m) {
 
 /* Marks a set's pages written again: a set that did not reach the base is owed to the next. */
 static void dirty_mark_set(sq_memory *m, const page_set *s) {
-  for (uint32_t i = 0; i < s->count; i++) {
-    const uint8_t *e = s->entries.p + (size_t)i * (4 + m->page_size);
-    mark_written(m, (sqlite3_int64)(get_le(e, 4) * m->page_size), (int)m->page_size);
-  }
+  for (size_t i = 0; i < s->count; i++)
+    mark_written(m, (sqlite3_int64)((uint64_t)s->index[i] * m->page_size), (int)m->page_size);
 }
 
-/* Reads the page log's set; 1 when it holds none that is whole (empty, or torn by a crash
- * while it was written: the base was then not yet touched). */
+/* Reads PATH-pages' trailer and index, and checks the whole set against its BLAKE3; 1 when
+ * it holds no whole set (empty, or torn by a crash while it was written: the base was then
+ * not yet touched). */
 static int plog_read(sq_memory *m, page_set *s) {
-  FILE *f = fopen(m->plog, "rb");
-  if (!f) return errno == ENOENT ? 1 : -errno;
-  uint8_t head[8], tail[24], check[8];
-  int rc = 1;
-  if (fread(head, 1, sizeof head, f) == sizeof head && get_le(head, 4) == SET_MAGIC) {
-    s->count = (uint32_t)get_le(head + 4, 4);
-    s->entries.n = (size_t)s->count * (4 + m->page_size);
-    s->entries.p = qim_malloc(s->entries.n + 1);
-    if (fread(s->entries.p, 1, s->entries.n, f) == s->entries.n &&
-        fread(tail, 1, sizeof tail, f) == sizeof tail) {
-      blake3_hasher h;
-      blake3_hasher_init(&h);
-      blake3_hasher_update(&h, head, sizeof head);
-      blake3_hasher_update(&h, s->entries.p, s->entries.n);
-      blake3_hasher_update(&h, tail, 16);
-      blake3_hasher_finalize(&h, check, 8);
-      if (memcmp(check, tail + 16, 8) == 0) rc = 0;
+  uint32_t ps = m->page_size;
+  int fd = open(m->plog, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? 1 : -errno;
+  struct stat sb;
+  uint8_t tr[TRAILER], check[8];
+  int rc = fstat(fd, &sb) != 0 ? -errno : 1;
+  uint64_t size = rc == 1 ? (uint64_t)sb.st_size : 0;
+  if (size >= TRAILER && pread(fd, tr, TRAILER, (off_t)(size - TRAILER)) == TRAILER &&
+      get_le(tr, 4) == SET_MAGIC) {
+    s->count = get_le(tr + 4, 4);
+    size_t tail = (s->count * 4 + TRAILER + ps - 1) / ps * ps;
+    if (size == s->count * ps + tail) {
+      s->flushed = s->count;
+      s->position = get_le(tr + 8, 8);
+      s->db_pages = get_le(tr + 16, 8);
+      s->index = qim_malloc(s->count * 4 + 1);
+      uint8_t *idx = qim_malloc(s->count * 4 + 24);
+      uint8_t *buf = qim_malloc(SLICE_BYTES);
+      blake3_hasher_init(&s->hash);
+      bool ok = true;
+      for (uint64_t at = 0; ok && at < s->count * ps; at += SLICE_BYTES) {
+        size_t n = s->count * ps - at < SLICE_BYTES ? s->count * ps - at : SLICE_BYTES;
+        ok = pread(fd, buf, n, (off_t)at) == (ssize_t)n;
+        blake3_hasher_update(&s->hash, buf, n);
+      }
+      off_t idx_at = (off_t)(size - TRAILER - s->count * 4);
+      ok = ok && pread(fd, idx, s->count * 4 + 24, idx_at) == (ssize_t)(s->count * 4 + 24);
+      blake3_hasher_update(&s->hash, idx, s->count * 4 + 24);
+      blake3_hasher_finalize(&s->hash, check, 8);
+      if (ok && memcmp(check, tr + 24, 8) == 0) {
+        for (size_t i = 0; i < s->count; i++) s->index[i] = (uint32_t)get_le(idx + 4 * i, 4);
+        rc = 0;
+      }
+      qim_free(idx);
+      qim_free(buf);
     }
-    s->position = get_le(tail, 8);
-    s->db_pages = get_le(tail + 8, 8);
   }
-  fclose(f);
+  close(fd);
   return rc;
 }
 
-/* Opening: a set the last run wrote to the page log but may not have finished writing into
- * the base goes into it now (again, if it did: each entry is a whole page). */
+/* Opening: a set the last run wrote to PATH-pages but may not have finished writing into
+ * the base goes into it now (again, if it did: each page is whole). */
 static int plog_finish(sq_memory *m) {
   page_set s = {0};
   int rc = plog_read(m, &s);
   if (rc == 0) rc = base_apply(m, &s, false);
   if (rc == 0 || rc == 1) rc = plog_clear(m);
-  QIM_LOGI(NULL, "store.sqlite.page_log_finished", "pages=%u position=%" PRIu64 " rc=%d",
+  QIM_LOGI(NULL, "store.sqlite.page_log_finished", "pages=%zu position=%" PRIu64 " rc=%d",
            s.count, s.position, rc);
-  qim_free(s.entries.p);
+  qim_free(s.index);
   return rc;
 }
 
@@ -587,17 +673,42 @@ static int open_segment_at(sq_memory *m, const char *path, int *fd) {
     if ((off + sizeof zeros) % STEP_BYTES) continue;
     sync_file_range(*fd, (off64_t)(off + sizeof zeros - STEP_BYTES), STEP_BYTES,
                     SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-    uint64_t due = t0 + (off + sizeof zeros) * 1000u / PACE_MB_S, now = sq_now_ns();
-    if (due > now) usleep((useconds_t)((due - now) / 1000u));
+    pace(t0, off + sizeof zeros);
+    pthread_mutex_lock(&m->mu);
+    if (m->snap_closing) rc = -ECANCELED; /* a spare the store no longer needs */
+    pthread_mutex_unlock(&m->mu);
   }
   if (rc == 0 && (fdatasync(*fd) || lseek(*fd, 0, SEEK_SET) != 0)) rc = -errno;
   return rc;
 }
 
+/* The next segment, laid down as zeros under a name no replay reads, ahead of the cut that
+ * will need it: the snapshot thread makes it after each snapshot (and when it starts).
+ * Laid down at the cut itself, its 5 s of paced writes fell into the step the snapshot did. */
+static void spare_prepare(sq_memory *m) {
+  if (m->spare_fd >= 0) return;
+  char *next = path_join(m->jdir, "/next");
+  if (open_segment_at(m, next, &m->spare_fd) != 0 && m->spare_fd >= 0) {
+    close(m->spare_fd);
+    m->spare_fd = -1;
+  }
+  qim_free(next);
+}
+
+/* The first segment at opening: a spare the last run laid down, if it is whole (it only
+ * ever holds zeros), or a new one. */
 static int open_segment(sq_memory *m, uint64_t first, int *fd) {
-  char *path = segment_path(m, first);
-  int rc = open_segment_at(m, path, fd);
+  char *path = segment_path(m, first), *next = path_join(m->jdir, "/next");
+  struct stat sb;
+  uint64_t size = m->snapshot_bytes + m->snapshot_bytes / 4;
+  int rc = -1;
+  if (stat(next, &sb) == 0 && (uint64_t)sb.st_size == size && rename(next, path) == 0) {
+    *fd = open(path, O_WRONLY | O_CLOEXEC);
+    rc = *fd < 0 ? -errno : 0;
+  }
+  if (rc) rc = open_segment_at(m, path, fd);
   qim_free(path);
+  qim_free(next);
   return rc ? rc : sync_dir(m->jdir);
 }
 
@@ -715,11 +826,13 @@ int sq_memory_sync(sq_store *st) {
  * the first position of the new segment. */
 static uint64_t rotate(sq_store *st) {
   sq_memory *m = &st->mem;
-  /* The new segment is laid down under a name no replay reads, outside the lock the writer
-   * takes for every batch, and renamed to its first position under it. */
+  /* The new segment (the spare) is renamed to its first position under the lock the writer
+   * takes for every batch. */
   char *next = path_join(m->jdir, "/next");
-  int fd = -1;
-  bool made = open_segment_at(m, next, &fd) == 0;
+  spare_prepare(m); /* ready already, unless the last snapshot could not make it */
+  int fd = m->spare_fd;
+  m->spare_fd = -1;
+  bool made = fd >= 0;
   pthread_mutex_lock(&m->mu);
   while (m->prev_fd >= 0 && !m->snap_closing) { /* the syncer still owes the last one a sync */
     pthread_mutex_unlock(&m->mu);
@@ -830,16 +943,16 @@ int sq_memory_snapshot(sq_store *st) {
   bool erase = m->erase_wanted;
   m->erase_wanted = false;
   pthread_mutex_unlock(&m->mu);
-  uint64_t t0 = sq_now_ns(), t1, t2;
-  page_set s = {0};
+  uint64_t t0 = sq_now_ns(), t1;
+  page_set s = {.fd = -1};
   int rc = set_take(st, &s, erase);
   t1 = sq_now_ns();
-  if (rc == 0) rc = plog_write(m, &s);
-  t2 = sq_now_ns();
   if (rc == 0) rc = base_apply(m, &s, true);
   if (rc == 0) rc = plog_clear(m);
+  if (s.fd >= 0) close(s.fd);
   if (rc) dirty_mark_set(m, &s);
   if (rc == 0) remove_covered(m, s.position);
+  spare_prepare(m);
   if (erase && (rc || (cut && s.position + 1 < cut))) { /* readers held the copy short */
     pthread_mutex_lock(&m->mu);
     m->erase_wanted = true;
@@ -849,11 +962,12 @@ int sq_memory_snapshot(sq_store *st) {
   struct timespec cpu; /* the snapshot thread's, from its start: what snapshots cost the CPU */
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
   QIM_LOGI(NULL, "store.sqlite.snapshot",
-           "position=%" PRIu64 " cut=%" PRIu64 " erase=%d pages=%u read_ms=%" PRIu64
-           " log_ms=%" PRIu64 " base_ms=%" PRIu64 " thread_cpu_ms=%" PRIu64 " rc=%d",
-           s.position, cut, erase, s.count, (t1 - t0) / 1000000u, (t2 - t1) / 1000000u,
-           (t3 - t2) / 1000000u, (uint64_t)cpu.tv_sec * 1000u + (uint64_t)cpu.tv_nsec / 1000000u, rc);
-  qim_free(s.entries.p);
+           "position=%" PRIu64 " cut=%" PRIu64 " erase=%d pages=%zu set_ms=%" PRIu64
+           " base_ms=%" PRIu64 " thread_cpu_ms=%" PRIu64 " rc=%d",
+           s.position, cut, erase, s.count, (t1 - t0) / 1000000u, (t3 - t1) / 1000000u,
+           (uint64_t)cpu.tv_sec * 1000u + (uint64_t)cpu.tv_nsec / 1000000u, rc);
+  qim_free(s.index);
+  free(s.slice);
   return rc;
 }
 
@@ -866,6 +980,7 @@ void *sq_memory_snapshot_main(void *arg) {
    * 11-958 at 0 (bench/README.md, twenty-fourth session). Not fatal if refused. */
   if (setpriority(PRIO_PROCESS, (id_t)gettid(), SNAPSHOT_NICE) != 0)
     QIM_LOGW(NULL, "store.sqlite.snapshot", "nice=%d errno=%d", SNAPSHOT_NICE, errno);
+  spare_prepare(m);
   pthread_mutex_lock(&m->mu);
   for (;;) {
     while (!m->snap_due && !m->snap_closing) pthread_cond_wait(&m->cv, &m->mu);
@@ -903,7 +1018,8 @@ void sq_memory_free(sq_store *st) {
   if (!m->inited) return;
   if (m->prev_fd >= 0) close(m->prev_fd);
   if (m->jfd >= 0) close(m->jfd);
-  m->prev_fd = m->jfd = -1;
+  if (m->spare_fd >= 0) close(m->spare_fd); /* its file stays: the next opening takes it */
+  m->prev_fd = m->jfd = m->spare_fd = -1;
   qim_bytes_free(&m->jbuf);
   qim_bytes_free(&m->prev_buf);
   sq_vfs_untrack_writes(m);
