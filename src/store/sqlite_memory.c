@@ -938,6 +938,10 @@ static void remove_covered(sq_memory *m, uint64_t position) {
  */
 int sq_memory_snapshot(sq_store *st) {
   sq_memory *m = &st->mem;
+  pthread_mutex_lock(&m->mu);
+  uint64_t journal = m->since_snapshot;
+  pthread_mutex_unlock(&m->mu);
+  QIM_LOGI(NULL, "store.sqlite.snapshot_begin", "journal_bytes=%" PRIu64, journal);
   uint64_t cut = rotate(st);
   pthread_mutex_lock(&m->mu);
   bool erase = m->erase_wanted;
@@ -952,7 +956,6 @@ int sq_memory_snapshot(sq_store *st) {
   if (s.fd >= 0) close(s.fd);
   if (rc) dirty_mark_set(m, &s);
   if (rc == 0) remove_covered(m, s.position);
-  spare_prepare(m);
   if (erase && (rc || (cut && s.position + 1 < cut))) { /* readers held the copy short */
     pthread_mutex_lock(&m->mu);
     m->erase_wanted = true;
@@ -968,6 +971,7 @@ int sq_memory_snapshot(sq_store *st) {
            (uint64_t)cpu.tv_sec * 1000u + (uint64_t)cpu.tv_nsec / 1000000u, rc);
   qim_free(s.index);
   free(s.slice);
+  spare_prepare(m); /* after the log line: its time is not the snapshot's */
   return rc;
 }
 
