@@ -26,7 +26,10 @@
  * into the base in place and synced, then PATH-pages is emptied: a crash part way through
  * the base leaves the set in PATH-pages, and opening writes it again (a double write, as
  * databases protect pages from torn writes). The segments whose records are all at or
- * below the set's position are then removed. PATH-pages never holds more than one set.
+ * below the set's position are then removed, one kept as the next segment. PATH-pages never
+ * holds more than one set. While the store runs no block of these files is freed (the
+ * file system may discard freed blocks, which held up the journal's syncs): PATH-pages and
+ * the segments are rewritten in place, and after an erase zeroed in place.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -366,15 +369,18 @@ static int file_position(const char *path, uint64_t *out) {
 
 /*
  * A page set in PATH-pages, laid out for direct I/O (the set is the snapshot's bulk: no
- * page-cache copies of it): the pages from offset 0, page_size each; then, padded to whole
- * pages, the index (a u32 page number per page, in the order written: a page may come
- * twice, and the later wins) and, at the file's very end, the trailer: magic, count,
- * position, pages in the database file, and a BLAKE3 of the pages, the index and the
- * trailer before it. A set is gathered and written a slice at a time, so a snapshot holds
- * SLICE_BYTES of pages in memory, not the set.
+ * page-cache copies of it) and written in place, so no block of the file is freed or
+ * allocated while the store runs (the file system discards freed blocks, and the journal's
+ * syncs waited behind that): the header, one page (magic, count, position, pages in the
+ * database file, and a BLAKE3 of the pages, the index and the header before it); the pages
+ * from the second page on; then the index, padded to whole pages (a u32 page number per
+ * page, in the order written: a page may come twice, and the later wins). One sync covers
+ * it all: a set whose header reached the disk but not all its pages fails the check and
+ * counts as never written. An empty page log is one whose header is zeros. A set is
+ * gathered and written a slice at a time, so a snapshot holds SLICE_BYTES of pages.
  */
-#define SET_MAGIC 0x51505332u /* "QPS2" */
-#define TRAILER 32
+#define SET_MAGIC 0x51505333u /* "QPS3" */
+#define HEADER 32 /* of its page */
 #define SLICE_BYTES (1u << 20)
 
 typedef struct page_set {
@@ -414,10 +420,31 @@ static void pace(uint64_t t0, uint64_t done) {
   if (due > now) usleep((useconds_t)((due - now) / 1000u));
 }
 
+/* Writes zeros over [0, size) of `fd` in place (nothing freed: the file system discards
+ * freed blocks, and the journal's syncs waited behind that), paced like the snapshots, so
+ * a burst of zeros does not hold up the journal's syncs either; then syncs. */
+static int zero_in_place(sq_memory *m, int fd, uint64_t size) {
+  static _Alignas(4096) const uint8_t zeros[1 << 16]; /* aligned: the page log is written with direct I/O */
+  uint64_t t0 = sq_now_ns();
+  int rc = 0;
+  for (uint64_t off = 0; rc == 0 && off < size; off += sizeof zeros) {
+    size_t n = size - off < sizeof zeros ? (size_t)(size - off) : sizeof zeros;
+    if (pwrite(fd, zeros, n, (off_t)off) != (ssize_t)n) rc = -EIO;
+    if ((off + n) % STEP_BYTES && off + n < size) continue;
+    sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    pace(t0, off + n);
+    pthread_mutex_lock(&m->mu);
+    if (m->snap_closing) rc = -ECANCELED; /* zeros the store no longer needs */
+    pthread_mutex_unlock(&m->mu);
+  }
+  return rc == 0 && fdatasync(fd) ? -errno : rc;
+}
+
 static int slice_flush(const sq_memory *m, page_set *s) {
   if (!s->in_slice) return 0;
   size_t n = s->in_slice * m->page_size;
-  if (pwrite(s->fd, s->slice, n, (off_t)(s->flushed * m->page_size)) != (ssize_t)n) return -EIO;
+  if (pwrite(s->fd, s->slice, n, (off_t)((1 + s->flushed) * m->page_size)) != (ssize_t)n)
+    return -EIO;
   blake3_hasher_update(&s->hash, s->slice, n);
   s->flushed += s->in_slice;
   s->in_slice = 0;
@@ -473,22 +500,24 @@ static int set_gather(const sq_memory *m, page_set *s, int live, const uint8_t *
   return 0;
 }
 
-/* The index and the trailer, padded at the front to whole pages, then the sync. */
+/* The index after the pages, then the header at the front, then the one sync. */
 static int set_finish_log(const sq_memory *m, page_set *s) {
   int rc = slice_flush(m, s);
   uint32_t ps = m->page_size;
-  size_t tail = (s->count * 4 + TRAILER + ps - 1) / ps * ps;
-  uint8_t *buf = aligned_buffer(tail);
-  memset(buf, 0, tail);
-  uint8_t *idx = buf + tail - TRAILER - s->count * 4, *tr = buf + tail - TRAILER;
-  for (size_t i = 0; i < s->count; i++) put32(idx + 4 * i, s->index[i]);
-  put32(tr, SET_MAGIC);
-  put32(tr + 4, (uint32_t)s->count);
-  put64(tr + 8, s->position);
-  put64(tr + 16, s->db_pages);
-  blake3_hasher_update(&s->hash, idx, s->count * 4 + 24);
-  blake3_hasher_finalize(&s->hash, tr + 24, 8);
-  if (rc == 0 && pwrite(s->fd, buf, tail, (off_t)(s->flushed * ps)) != (ssize_t)tail) rc = -EIO;
+  size_t ilen = (s->count * 4 + ps - 1) / ps * ps;
+  uint8_t *buf = aligned_buffer(ilen + ps), *head = buf + ilen;
+  memset(buf, 0, ilen + ps);
+  for (size_t i = 0; i < s->count; i++) put32(buf + 4 * i, s->index[i]);
+  put32(head, SET_MAGIC);
+  put32(head + 4, (uint32_t)s->count);
+  put64(head + 8, s->position);
+  put64(head + 16, s->db_pages);
+  blake3_hasher_update(&s->hash, buf, s->count * 4);
+  blake3_hasher_update(&s->hash, head, 24);
+  blake3_hasher_finalize(&s->hash, head + 24, 8);
+  off_t at = (off_t)((1 + s->count) * ps);
+  if (rc == 0 && ilen && pwrite(s->fd, buf, ilen, at) != (ssize_t)ilen) rc = -EIO;
+  if (rc == 0 && pwrite(s->fd, head, ps, 0) != (ssize_t)ps) rc = -EIO;
   if (rc == 0 && fdatasync(s->fd)) rc = -errno;
   free(buf);
   return rc;
@@ -506,7 +535,7 @@ static int set_finish_log(const sq_memory *m, page_set *s) {
 static int set_take(sq_store *st, page_set *s, bool cover) {
   sq_memory *m = &st->mem;
   int live = open(m->live, O_RDONLY | O_CLOEXEC);
-  s->fd = open_direct(m, m->plog, O_WRONLY | O_CREAT | O_TRUNC);
+  s->fd = open_direct(m, m->plog, O_WRONLY | O_CREAT);
   if (live < 0 || s->fd < 0) {
     int rc = -errno;
     if (live >= 0) close(live);
@@ -553,7 +582,7 @@ static int base_apply(sq_memory *m, page_set *s, bool paced) {
   uint64_t t0 = sq_now_ns();
   for (size_t at = 0; rc == 0 && at < s->count; at += s->slice_pages) {
     size_t k = s->count - at < s->slice_pages ? s->count - at : s->slice_pages;
-    if (pread(in, slice, k * ps, (off_t)(at * ps)) != (ssize_t)(k * ps)) rc = -EIO;
+    if (pread(in, slice, k * ps, (off_t)((1 + at) * ps)) != (ssize_t)(k * ps)) rc = -EIO;
     for (size_t i = 0; rc == 0 && i < k;) {
       size_t j = i + 1;
       while (j < k && s->index[at + j] == s->index[at + j - 1] + 1) j++;
@@ -572,12 +601,23 @@ static int base_apply(sq_memory *m, page_set *s, bool paced) {
   return rc;
 }
 
-/* The page log emptied once its set is in the base. The file stays (truncated, not removed),
- * so a later set written into it needs no directory entry made durable first. */
-static int plog_clear(sq_memory *m) {
-  int fd = open(m->plog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+/* The page log emptied once its set is in the base: its header zeroed, the file kept at its
+ * size (no block freed), so the next set is written in place. After an erase all of it is
+ * zeroed: its pages beyond the set may hold the erased bytes. */
+static int plog_clear(sq_memory *m, bool erase) {
+  int fd = open_direct(m, m->plog, O_WRONLY | O_CREAT);
   if (fd < 0) return -errno;
-  int rc = fdatasync(fd) ? -errno : 0;
+  struct stat sb;
+  int rc = fstat(fd, &sb) ? -errno : 0;
+  if (rc == 0 && erase) {
+    rc = zero_in_place(m, fd, (uint64_t)sb.st_size);
+  } else if (rc == 0) {
+    uint8_t *zero = aligned_buffer(m->page_size);
+    memset(zero, 0, m->page_size);
+    if (pwrite(fd, zero, m->page_size, 0) != (ssize_t)m->page_size) rc = -EIO;
+    free(zero);
+    if (rc == 0 && fdatasync(fd)) rc = -errno;
+  }
   close(fd);
   char *slash = strrchr(m->base, '/');
   char *dir = slash ? qim_strndup(m->base, (size_t)(slash - m->base)) : qim_strdup(".");
@@ -592,7 +632,7 @@ static void dirty_mark_set(sq_memory *m, const page_set *s) {
     mark_written(m, (sqlite3_int64)((uint64_t)s->index[i] * m->page_size), (int)m->page_size);
 }
 
-/* Reads PATH-pages' trailer and index, and checks the whole set against its BLAKE3; 1 when
+/* Reads PATH-pages' header and index, and checks the whole set against its BLAKE3; 1 when
  * it holds no whole set (empty, or torn by a crash while it was written: the base was then
  * not yet touched). */
 static int plog_read(sq_memory *m, page_set *s) {
@@ -600,32 +640,30 @@ static int plog_read(sq_memory *m, page_set *s) {
   int fd = open(m->plog, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? 1 : -errno;
   struct stat sb;
-  uint8_t tr[TRAILER], check[8];
+  uint8_t head[HEADER], check[8];
   int rc = fstat(fd, &sb) != 0 ? -errno : 1;
   uint64_t size = rc == 1 ? (uint64_t)sb.st_size : 0;
-  if (size >= TRAILER && pread(fd, tr, TRAILER, (off_t)(size - TRAILER)) == TRAILER &&
-      get_le(tr, 4) == SET_MAGIC) {
-    s->count = get_le(tr + 4, 4);
-    size_t tail = (s->count * 4 + TRAILER + ps - 1) / ps * ps;
-    if (size == s->count * ps + tail) {
+  if (size >= HEADER && pread(fd, head, HEADER, 0) == HEADER && get_le(head, 4) == SET_MAGIC) {
+    s->count = get_le(head + 4, 4);
+    if (size >= (1 + s->count) * ps + s->count * 4) {
       s->flushed = s->count;
-      s->position = get_le(tr + 8, 8);
-      s->db_pages = get_le(tr + 16, 8);
+      s->position = get_le(head + 8, 8);
+      s->db_pages = get_le(head + 16, 8);
       s->index = qim_malloc(s->count * 4 + 1);
-      uint8_t *idx = qim_malloc(s->count * 4 + 24);
-      uint8_t *buf = qim_malloc(SLICE_BYTES);
+      uint8_t *idx = qim_malloc(s->count * 4 + 1), *buf = qim_malloc(SLICE_BYTES);
       blake3_hasher_init(&s->hash);
       bool ok = true;
       for (uint64_t at = 0; ok && at < s->count * ps; at += SLICE_BYTES) {
         size_t n = s->count * ps - at < SLICE_BYTES ? s->count * ps - at : SLICE_BYTES;
-        ok = pread(fd, buf, n, (off_t)at) == (ssize_t)n;
+        ok = pread(fd, buf, n, (off_t)(ps + at)) == (ssize_t)n;
         blake3_hasher_update(&s->hash, buf, n);
       }
-      off_t idx_at = (off_t)(size - TRAILER - s->count * 4);
-      ok = ok && pread(fd, idx, s->count * 4 + 24, idx_at) == (ssize_t)(s->count * 4 + 24);
-      blake3_hasher_update(&s->hash, idx, s->count * 4 + 24);
+      off_t idx_at = (off_t)((1 + s->count) * ps);
+      ok = ok && pread(fd, idx, s->count * 4, idx_at) == (ssize_t)(s->count * 4);
+      blake3_hasher_update(&s->hash, idx, s->count * 4);
+      blake3_hasher_update(&s->hash, head, 24);
       blake3_hasher_finalize(&s->hash, check, 8);
-      if (ok && memcmp(check, tr + 24, 8) == 0) {
+      if (ok && memcmp(check, head + 24, 8) == 0) {
         for (size_t i = 0; i < s->count; i++) s->index[i] = (uint32_t)get_le(idx + 4 * i, 4);
         rc = 0;
       }
@@ -643,7 +681,7 @@ static int plog_finish(sq_memory *m) {
   page_set s = {0};
   int rc = plog_read(m, &s);
   if (rc == 0) rc = base_apply(m, &s, false);
-  if (rc == 0 || rc == 1) rc = plog_clear(m);
+  if (rc == 0 || rc == 1) rc = plog_clear(m, false);
   QIM_LOGI(NULL, "store.sqlite.page_log_finished", "pages=%zu position=%" PRIu64 " rc=%d",
            s.count, s.position, rc);
   qim_free(s.index);
@@ -662,24 +700,9 @@ static void remove_below(sq_memory *m, uint64_t first_kept);
  * per sync. Replay reads the zeros after the last record as the end of the segment.
  */
 static int open_segment_at(sq_memory *m, const char *path, int *fd) {
-  *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  *fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
   if (*fd < 0) return -errno;
-  uint64_t size = m->snapshot_bytes + m->snapshot_bytes / 4, t0 = sq_now_ns();
-  static const uint8_t zeros[1 << 16];
-  int rc = 0;
-  /* Paced like the snapshots: a burst of zeros would hold up the journal's syncs. */
-  for (uint64_t off = 0; rc == 0 && off < size; off += sizeof zeros) {
-    if (write(*fd, zeros, sizeof zeros) != (ssize_t)sizeof zeros) rc = -EIO;
-    if ((off + sizeof zeros) % STEP_BYTES) continue;
-    sync_file_range(*fd, (off64_t)(off + sizeof zeros - STEP_BYTES), STEP_BYTES,
-                    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-    pace(t0, off + sizeof zeros);
-    pthread_mutex_lock(&m->mu);
-    if (m->snap_closing) rc = -ECANCELED; /* a spare the store no longer needs */
-    pthread_mutex_unlock(&m->mu);
-  }
-  if (rc == 0 && (fdatasync(*fd) || lseek(*fd, 0, SEEK_SET) != 0)) rc = -errno;
-  return rc;
+  return zero_in_place(m, *fd, m->snapshot_bytes + m->snapshot_bytes / 4);
 }
 
 /* The next segment, laid down as zeros under a name no replay reads, ahead of the cut that
@@ -695,8 +718,8 @@ static void spare_prepare(sq_memory *m) {
   qim_free(next);
 }
 
-/* The first segment at opening: a spare the last run laid down, if it is whole (it only
- * ever holds zeros), or a new one. */
+/* The first segment at opening: the spare the last run left, if it is whole (zeros, or a
+ * recycled segment's old records, which a replay skips), or a new one. */
 static int open_segment(sq_memory *m, uint64_t first, int *fd) {
   char *path = segment_path(m, first), *next = path_join(m->jdir, "/next");
   struct stat sb;
@@ -724,7 +747,7 @@ int sq_memory_start(sq_store *st) {
   dirty_clear(m); /* what is written from here on goes into the next page set */
   if (rc == 0) rc = write_base(st, &position);
   if (rc == 0 && position != m->position) rc = -EPROTO;
-  if (rc == 0) rc = plog_clear(m);
+  if (rc == 0) rc = plog_clear(m, false);
   if (rc == 0) remove_below(m, UINT64_MAX);
   if (rc == 0) rc = sq_capture_new(st->wconn.db, &m->cap);
   if (rc == 0) rc = open_segment(m, m->position + 1, &m->jfd);
@@ -914,15 +937,38 @@ static int write_base(sq_store *st, uint64_t *position) {
   return rc;
 }
 
-/* Removes the segments whose records are all at or below `position`: a segment's last
- * record is one below the next segment's first. */
+/* A covered segment kept as the next one (the spare) instead of removed: its blocks are
+ * neither freed nor allocated again (the file system discards freed blocks, and the
+ * journal's syncs waited behind that). Its old records stay until overwritten; a replay
+ * skips them, as every one is at or below the position of the base that covers it. */
+static bool recycle(sq_memory *m, const char *path) {
+  struct stat sb;
+  uint64_t size = m->snapshot_bytes + m->snapshot_bytes / 4;
+  if (m->spare_fd >= 0 || stat(path, &sb) != 0 || (uint64_t)sb.st_size != size) return false;
+  char *next = path_join(m->jdir, "/next");
+  bool ok = rename(path, next) == 0;
+  if (ok) m->spare_fd = open(next, O_WRONLY | O_CLOEXEC);
+  qim_free(next);
+  return ok && m->spare_fd >= 0;
+}
+
+/* After an erase the spare is zeroed in place: a recycled segment's old records may hold
+ * the erased bytes. */
+static void spare_wipe(sq_memory *m) {
+  if (m->spare_fd >= 0) close(m->spare_fd);
+  m->spare_fd = -1;
+  spare_prepare(m);
+}
+
+/* Removes the segments whose records are all at or below `position` (a segment's last
+ * record is one below the next segment's first), one kept as the spare. */
 static void remove_covered(sq_memory *m, uint64_t position) {
   uint64_t *firsts;
   size_t n = list_segments(m, &firsts);
   for (size_t i = 0; i + 1 < n; i++)
     if (firsts[i + 1] <= position + 1) {
       char *path = segment_path(m, firsts[i]);
-      unlink(path);
+      if (!recycle(m, path)) unlink(path);
       qim_free(path);
     }
   qim_free(firsts);
@@ -940,19 +986,18 @@ int sq_memory_snapshot(sq_store *st) {
   sq_memory *m = &st->mem;
   pthread_mutex_lock(&m->mu);
   uint64_t journal = m->since_snapshot;
-  pthread_mutex_unlock(&m->mu);
-  QIM_LOGI(NULL, "store.sqlite.snapshot_begin", "journal_bytes=%" PRIu64, journal);
-  uint64_t cut = rotate(st);
-  pthread_mutex_lock(&m->mu);
   bool erase = m->erase_wanted;
   m->erase_wanted = false;
   pthread_mutex_unlock(&m->mu);
+  QIM_LOGI(NULL, "store.sqlite.snapshot_begin", "journal_bytes=%" PRIu64 " erase=%d", journal, erase);
+  if (erase) spare_wipe(m); /* the segment after the cut starts as zeros */
+  uint64_t cut = rotate(st);
   uint64_t t0 = sq_now_ns(), t1;
   page_set s = {.fd = -1};
   int rc = set_take(st, &s, erase);
   t1 = sq_now_ns();
   if (rc == 0) rc = base_apply(m, &s, true);
-  if (rc == 0) rc = plog_clear(m);
+  if (rc == 0) rc = plog_clear(m, erase);
   if (s.fd >= 0) close(s.fd);
   if (rc) dirty_mark_set(m, &s);
   if (rc == 0) remove_covered(m, s.position);
@@ -971,7 +1016,10 @@ int sq_memory_snapshot(sq_store *st) {
            (uint64_t)cpu.tv_sec * 1000u + (uint64_t)cpu.tv_nsec / 1000000u, rc);
   qim_free(s.index);
   free(s.slice);
-  spare_prepare(m); /* after the log line: its time is not the snapshot's */
+  /* After the log line: its time is not the snapshot's. After an erase, the covered segment
+   * kept as the spare is zeroed. */
+  if (erase) spare_wipe(m);
+  spare_prepare(m);
   return rc;
 }
 
