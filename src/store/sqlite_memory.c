@@ -80,6 +80,15 @@ static int sync_dir(const char *dir) {
   return rc;
 }
 
+/* The directory of the base (and of the page log and the journal), made durable. */
+static int sync_base_dir(const sq_memory *m) {
+  const char *slash = strrchr(m->base, '/');
+  char *dir = slash ? qim_strndup(m->base, (size_t)(slash - m->base)) : qim_strdup(".");
+  int rc = sync_dir(dir);
+  qim_free(dir);
+  return rc;
+}
+
 static int copy_file(const char *from, const char *to) {
   int in = open(from, O_RDONLY | O_CLOEXEC), out = -1;
   if (in < 0) return -errno;
@@ -619,10 +628,7 @@ static int plog_clear(sq_memory *m, bool erase) {
     if (rc == 0 && fdatasync(fd)) rc = -errno;
   }
   close(fd);
-  char *slash = strrchr(m->base, '/');
-  char *dir = slash ? qim_strndup(m->base, (size_t)(slash - m->base)) : qim_strdup(".");
-  if (rc == 0) rc = sync_dir(dir);
-  qim_free(dir);
+  if (rc == 0) rc = sync_base_dir(m);
   return rc;
 }
 
@@ -928,10 +934,7 @@ static int write_base(sq_store *st, uint64_t *position) {
   char *tmp = path_join(m->base, ".tmp");
   int rc = backup_to(st, tmp, position);
   if (rc == 0 && rename(tmp, m->base) != 0) rc = -errno;
-  char *slash = strrchr(m->base, '/');
-  char *dir = slash ? qim_strndup(m->base, (size_t)(slash - m->base)) : qim_strdup(".");
-  if (rc == 0) rc = sync_dir(dir);
-  qim_free(dir);
+  if (rc == 0) rc = sync_base_dir(m);
   if (rc) unlink(tmp);
   qim_free(tmp);
   return rc;
