@@ -770,6 +770,18 @@ static bool tree_contains(const char *dir, const char *needle) {
   return tree_found;
 }
 
+/* A store-memory store in `dir` (its memory directory `dir`/mem, snapshots every 16 KiB)
+ * with group 1 created; `mem` and `suffix` (4200 and 4300 bytes) receive the directory and
+ * the location's query, for reopening. */
+static qim_store *memory_store(const char *dir, char *mem, char *suffix, qim_store_options *o) {
+  snprintf(mem, 4200, "%s/mem", dir);
+  assert_int_equal(mkdir(mem, 0700), 0);
+  snprintf(suffix, 4300, "?memory=%s&snapshot_kb=16", mem);
+  qim_store *s = fx_open(dir, suffix, o);
+  fx_create_group(s, 1, 1);
+  return s;
+}
+
 /* Store-memory mode: a wiped and redacted body is gone from every file on the disk (the base,
  * the page log, the journal's segments) and in the memory directory within the bound: an
  * erase starts a snapshot at once, which copies the WAL up to its cut, writes the
@@ -780,12 +792,8 @@ static void test_memory_mode_wiped_body_leaves_no_bytes_in_any_file(void **state
   static const char secret[] = "the-memory-secret-body-5d21";
   char *dir = qim_test_tmpdir("store-memory-gone");
   char mem[4200], suffix[4300];
-  snprintf(mem, sizeof mem, "%s/mem", dir);
-  assert_int_equal(mkdir(mem, 0700), 0);
-  snprintf(suffix, sizeof suffix, "?memory=%s&snapshot_kb=16", mem);
   qim_store_options o = fx_options();
-  qim_store *s = fx_open(dir, suffix, &o);
-  fx_create_group(s, 1, 1);
+  qim_store *s = memory_store(dir, mem, suffix, &o);
   qim_commit_intent p = fx_proposal(1, 1, 1, secret);
   assert_int_equal(fx_commit(s, &p), 1);
   mailbox_put(s, &p);
@@ -863,12 +871,8 @@ static void test_memory_mode_replay_skips_a_kept_segments_old_records(void **sta
   (void)state;
   char *dir = qim_test_tmpdir("store-memory-kept");
   char mem[4200], suffix[4300], jdir[4300];
-  snprintf(mem, sizeof mem, "%s/mem", dir);
-  assert_int_equal(mkdir(mem, 0700), 0);
-  snprintf(suffix, sizeof suffix, "?memory=%s&snapshot_kb=16", mem);
   qim_store_options o = fx_options();
-  qim_store *s = fx_open(dir, suffix, &o);
-  fx_create_group(s, 1, 1);
+  qim_store *s = memory_store(dir, mem, suffix, &o);
   enum { N = 60 };
   qim_commit_intent *p = calloc(N, sizeof *p);
   for (int i = 0; i < N; i++) {
