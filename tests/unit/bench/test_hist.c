@@ -180,14 +180,25 @@ static void test_threads_of_this_process_are_sampled(void **state) {
   (void)state;
   static qim_proc_threads a, b;
   assert_int_equal(qim_proc_threads_read(getpid(), &a), 0);
-  volatile uint64_t x = 0;
-  for (uint64_t i = 0; i < 50000000; i++) x += i;
-  assert_true(x > 0);
-  assert_int_equal(qim_proc_threads_read(getpid(), &b), 0);
+  double start = -1;
+  for (uint32_t i = 0; i < a.count; i++)
+    if (a.t[i].tid == getpid()) start = a.t[i].cpu_s;
+  assert_true(start >= 0);
+  /* Spin until /proc charges this thread some CPU: it counts in clock ticks, so a fixed
+   * spin could be charged none on a loaded machine (seen once in a full parallel run).
+   * Bounded: at most 200 rounds of ~10 ms of work. */
   const qim_proc_thread *self = NULL;
-  for (uint32_t i = 0; i < b.count; i++)
-    if (b.t[i].tid == getpid()) self = &b.t[i];
-  assert_non_null(self);
+  volatile uint64_t x = 0;
+  for (int round = 0; round < 200 && (!self || self->cpu_s <= start); round++) {
+    for (uint64_t i = 0; i < 20000000; i++) x += i;
+    assert_int_equal(qim_proc_threads_read(getpid(), &b), 0);
+    self = NULL;
+    for (uint32_t i = 0; i < b.count; i++)
+      if (b.t[i].tid == getpid()) self = &b.t[i];
+    assert_non_null(self);
+  }
+  assert_true(x > 0);
+  assert_true(self->cpu_s > start);
   const char *name = NULL;
   double pct = 0;
   assert_int_equal(qim_proc_threads_busiest(&a, &b, &name, &pct), 0);
