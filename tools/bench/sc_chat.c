@@ -25,9 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
+#include "qim/clock.h"
 #include "qim/ids.h"
 #include "qim/mem.h"
 #include "seen.h"
@@ -347,10 +347,8 @@ static void start_senders(chat *ch) {
   ch->t_begin_us = now + 100000; /* a moment for every timer to be armed */
   ch->measure_from_us = ch->t_begin_us + (uint64_t)(ch->o->warmup_s * 1e6);
   ch->send_until_us = ch->measure_from_us + (uint64_t)(ch->o->duration_s * 1e6);
-  struct timespec wall;
-  clock_gettime(CLOCK_REALTIME, &wall);
-  ch->measure_from_unix_ms = (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u +
-                             (ch->measure_from_us - now) / 1000u;
+  ch->measure_from_unix_ms =
+      qim_clock_wall_ms(qim_clock_system()) + (ch->measure_from_us - now) / 1000u;
   qim_hist_windows_init(&ch->lat_windows, ch->measure_from_us, WINDOW_US);
   ch->period_us = (uint64_t)((double)ch->nsenders * 1e6 / ch->o->rate);
   if (ch->period_us == 0) ch->period_us = 1;
