@@ -69,6 +69,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "procstat.h"
 #include "qim/clock.h"
 
 #define TMPFS_MAGIC 0x01021994ul
@@ -181,16 +182,11 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Bytes this process (every thread) caused to be written to storage; 0 if unknown. */
+/* Bytes this process (every thread) caused to be written to storage; 0 if unknown
+ * (qim-bench's /proc reader, tools/bench/procstat.h). */
 static uint64_t io_write_bytes(void) {
-  FILE *f = fopen("/proc/self/io", "r");
-  if (!f) return 0;
-  char line[128];
-  unsigned long long v = 0;
-  for (int i = 0; i < 16 && fgets(line, sizeof line, f); i++)
-    if (sscanf(line, "write_bytes: %llu", &v) == 1) break;
-  fclose(f);
-  return v;
+  qim_proc_sample s;
+  return qim_proc_sample_read(getpid(), &s) == 0 ? s.write_bytes : 0;
 }
 
 /* xoshiro256**: a message needs ~900 random bytes, too many for sqlite3_randomness. */

@@ -676,6 +676,7 @@ static uint64_t mono_ms(void) { return sq_now_ns() / 1000000u; }
 void sq_note_erase(sq_conn *c) {
   sq_store *st = c->st;
   if (c != &st->wconn) return;
+  atomic_fetch_add_explicit(&st->stats.erases, 1, memory_order_relaxed);
   if (st->mem.on) sq_memory_note_erase(st);
   st->erase_generation = SQ_ERASE_UNPLACED; /* its COMMIT will say which run holds it */
   if (st->erase_pending) return; /* the bound runs from the oldest erase not yet wiped */
@@ -693,8 +694,8 @@ void sq_note_erase(sq_conn *c) {
  * sq_ckpt_restart_frames before it starts over, so the second condition follows. Checked
  * against the file itself, not assumed. Until then the TRUNCATE at truncate_at stays due:
  * it blocks the writer while it copies every uncopied frame and syncs the database
- * (~200-400 ms on a store of a few hundred MB at 5,000 one-to-one msgs/s, once a minute
- * when the lanes trim), where the WAL turning over costs nothing extra.
+ * (~200-400 ms on a store of a few hundred MB at 5,000 one-to-one msgs/s), where the WAL
+ * turning over costs nothing extra.
  */
 static bool erase_wiped(sq_store *st) {
   if (st->wal_generation <= st->erase_generation) return false; /* also while unplaced */
@@ -1070,6 +1071,7 @@ static void store_stats(qim_store *s, qim_store_stats *out) {
       .checkpoint_waits = atomic_load(&st->stats.ckpt_waits),
       .writebacks = atomic_load(&st->stats.writebacks),
       .wal_truncates = atomic_load(&st->stats.truncates),
+      .erases = atomic_load(&st->stats.erases),
       .erase_turnovers = atomic_load(&st->stats.erase_turnovers),
       .syncs = atomic_load(&st->stats.syncs),
       .sync_waits = atomic_load(&st->stats.sync_waits),

@@ -244,6 +244,7 @@ struct sq_store {
     _Atomic uint64_t reads_inline;               /* reads run on the submitting worker's thread */
     _Atomic uint64_t checkpoint_ns, checkpoints; /* the writer's busy checkpoints, wall time */
     _Atomic uint64_t truncate_ns, truncates;     /* its TRUNCATE checkpoints (idle or erase) */
+    _Atomic uint64_t erases;          /* operations that erased content (sq_note_erase) */
     _Atomic uint64_t erase_turnovers; /* erases the WAL's turning over wiped (erase_wiped) */
     _Atomic uint64_t bg_checkpoint_ns, bg_checkpoints; /* the checkpointer's passes */
     _Atomic uint64_t ckpt_wait_ns, ckpt_waits;         /* the writer's waits for a round */

@@ -274,9 +274,10 @@ static int trim_exec(sq_conn *c, qim_store_req *base) {
   sqlite3_bind_int64(st, 1, sq_log_pos(sid, 0));
   sqlite3_bind_int64(st, 2, sq_log_pos(sid, limit)); /* limit <= next_offset <= 2^40 */
   if ((rc = sq_run(c, st))) return rc;
-  /* A consumed outbox record's body lives on in history (a delete wipes it there and here,
-   * noting its own erase), so its trim owes no WAL wipe; a dispatch's trim is retention. */
-  if (sq_changes(c) && !outbox) sq_note_erase(c);
+  /* A trim erases nothing (no sq_note_erase): a trimmed record's body, outbox or dispatch,
+   * is a copy of one that lives on in history. Deleting that message wipes every copy still
+   * held and notes its own erase, and the wipe that erase owes the files takes every older
+   * frame or journal record with it, the trimmed copy's among them. */
   st = sq_prep(c,
                "INSERT INTO log_streams(stream, next_offset, trim) VALUES(?, ?, ?)"
                " ON CONFLICT(stream) DO UPDATE SET trim = excluded.trim");

@@ -556,7 +556,9 @@ static int watermark_advance_prepare(const sq_store *st, qim_store_req *base) {
 }
 
 /* Removes the lane's entries (settled ones from the index too) and dispatch bookkeeping
- * below the floor. */
+ * below the floor. It erases nothing (no sq_note_erase), though entries carry inline
+ * bodies: each is a copy of a body that lives on in history, and the delete that removes
+ * that body notes the erase whose wipe takes the older copies too (sqlite_logs.c, trim). */
 static int trim_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane, uint64_t floor) {
   static const char *const sql[] = {
       "DELETE FROM mailbox_index WHERE (tenant, user, mseq, ordinal) IN"
@@ -571,7 +573,6 @@ static int trim_lane(sq_conn *c, qim_mailbox_shard_id shard, qim_lane_id lane, u
     sq_bind_u64(st, 3, floor);
     int rc = sq_run(c, st);
     if (rc) return rc;
-    if (i == 1 && sq_changes(c)) sq_note_erase(c); /* entries carry inline bodies */
   }
   return 0;
 }

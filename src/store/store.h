@@ -738,6 +738,8 @@ struct qim_store_stats {
                                      for the checkpointer's round to end (sqlite_checkpoint.c) */
   uint64_t writebacks;            /* sqlite: write-outs of the database file started during them */
   uint64_t wal_truncates;         /* sqlite: WAL truncates (writes paused, or an erase due) */
+  uint64_t erases;                /* sqlite: operations that erased content (a wipe, an expiry,
+                                     a redact), each owing the files a wipe */
   uint64_t erase_turnovers;       /* sqlite: erases wiped from the WAL by its starting over */
   uint64_t syncs;                 /* sqlite: the syncer's WAL syncs (each covers every COMMIT
                                      written before it) */

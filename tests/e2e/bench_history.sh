@@ -3,8 +3,10 @@
 # working: qim-seed --messages seeds a 2,000-message group into a fresh data directory (and
 # refuses to seed it twice), qimd starts on it, `qim-bench accounts` logs the seeded
 # members in for tokens, and `qim-bench history --duration 1` must page through the group
-# with every page checked: RESULT status=ok, errors=0, wrong_pages=0, pages > 0. No timing
-# is asserted; the figures belong to the benchmark.
+# with every page checked: RESULT status=ok, errors=0, wrong_pages=0, pages > 0. Then two of
+# the members chat one-to-one (`qim-bench p2p`): nothing lost, no errors, and the measured
+# run's wall-clock start (measure_from_unix_ms, for matching qimd's log) inside the time
+# qim-bench ran. No timing is asserted; the figures belong to the benchmark.
 #   usage: bench_history.sh QIMD QIM_SEED QIM_BENCH
 set -euo pipefail
 
@@ -18,7 +20,7 @@ cleanup() {
 trap cleanup EXIT
 fail() {
   echo "FAIL: $*" >&2
-  for f in seed.out seed2.err accounts.out history.out qimd.err; do
+  for f in seed.out seed2.err accounts.out history.out p2p.out qimd.err; do
     [ -f "$tmp/$f" ] && sed "s/^/  $f: /" "$tmp/$f" | tail -20 >&2
   done
   exit 1
@@ -74,4 +76,17 @@ field() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 [ "$(field newest_seq)" = 2000 ] || fail "newest_seq=$(field newest_seq), expected 2000"
 [ "$(field pages)" -gt 0 ] || fail "no pages"
 [ -n "$(field page_p99_ms)" ] && [ -n "$(field server_cpu_pct)" ] || fail "latency or server figures missing"
+echo "ok: $line"
+
+t0=$(date +%s%3N)
+"$QB" p2p --server 127.0.0.1:$port --server-pid $pid --accounts "$tmp/accounts.txt" \
+  --users 2 --rate 20 --duration 1 --warmup 0.2 > "$tmp/p2p.out" 2>&1 || fail "qim-bench p2p exited non-zero"
+t1=$(date +%s%3N)
+line=$(grep '^RESULT ' "$tmp/p2p.out") || fail "no p2p RESULT line"
+[ "$(field status)" = ok ] || fail "p2p status is not ok"
+[ "$(field errors)" = 0 ] || fail "p2p errors=$(field errors)"
+[ "$(field lost)" = 0 ] && [ "$(field expected)" -gt 0 ] || fail "p2p expected=$(field expected) lost=$(field lost)"
+start=$(field measure_from_unix_ms)
+[ -n "$start" ] && [ "$start" -ge "$t0" ] && [ "$start" -le "$t1" ] ||
+  fail "measure_from_unix_ms=$start is not within the run ($t0..$t1)"
 echo "ok: $line"

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "qim/clock.h"
 #include "qim/ids.h"
 #include "qim/mem.h"
 #include "seen.h"
@@ -83,6 +84,7 @@ struct chat {
   qim_bench_pacer pacer;
   int phase;
   uint64_t period_us, t_begin_us, measure_from_us, send_until_us, drain_until_us;
+  uint64_t measure_from_unix_ms; /* the same moment by the wall clock, to match server logs */
   uint8_t nonce[8];
   /* Counters (measured = due inside the measured window). */
   uint64_t sent_total, sent, acked, ack_errors, expected, delivered, delivered_all, foreign,
@@ -345,6 +347,8 @@ static void start_senders(chat *ch) {
   ch->t_begin_us = now + 100000; /* a moment for every timer to be armed */
   ch->measure_from_us = ch->t_begin_us + (uint64_t)(ch->o->warmup_s * 1e6);
   ch->send_until_us = ch->measure_from_us + (uint64_t)(ch->o->duration_s * 1e6);
+  ch->measure_from_unix_ms =
+      qim_clock_wall_ms(qim_clock_system()) + (ch->measure_from_us - now) / 1000u;
   qim_hist_windows_init(&ch->lat_windows, ch->measure_from_us, WINDOW_US);
   ch->period_us = (uint64_t)((double)ch->nsenders * 1e6 / ch->o->rate);
   if (ch->period_us == 0) ch->period_us = 1;
@@ -446,6 +450,7 @@ static void report(chat *ch) {
   char worst[128];
   worst_windows(ch, worst, sizeof worst);
   if (worst[0]) qim_bench_kv(r, "lat_worst_windows", "%s", worst);
+  qim_bench_kv(r, "measure_from_unix_ms", "%llu", (unsigned long long)ch->measure_from_unix_ms);
 
   char human[2048];
   const char *shape = ch->group_mode ? "groups"

@@ -176,14 +176,19 @@ static void test_busiest_thread_is_the_one_that_used_most_cpu_between_samples(vo
   assert_int_equal(qim_proc_threads_busiest(&a, &b, &name, &pct), -ENOENT);
 }
 
+/* This process's main thread in a sample; fails the test when it is not there. */
+static const qim_proc_thread *main_thread(const qim_proc_threads *t) {
+  for (uint32_t i = 0; i < t->count; i++)
+    if (t->t[i].tid == getpid()) return &t->t[i];
+  fail_msg("thread %d not sampled", (int)getpid());
+  return NULL;
+}
+
 static void test_threads_of_this_process_are_sampled(void **state) {
   (void)state;
   static qim_proc_threads a, b;
   assert_int_equal(qim_proc_threads_read(getpid(), &a), 0);
-  double start = -1;
-  for (uint32_t i = 0; i < a.count; i++)
-    if (a.t[i].tid == getpid()) start = a.t[i].cpu_s;
-  assert_true(start >= 0);
+  double start = main_thread(&a)->cpu_s;
   /* Spin until /proc charges this thread some CPU: it counts in clock ticks, so a fixed
    * spin could be charged none on a loaded machine (seen once in a full parallel run).
    * Bounded: at most 200 rounds of ~10 ms of work. */
@@ -192,10 +197,7 @@ static void test_threads_of_this_process_are_sampled(void **state) {
   for (int round = 0; round < 200 && (!self || self->cpu_s <= start); round++) {
     for (uint64_t i = 0; i < 20000000; i++) x += i;
     assert_int_equal(qim_proc_threads_read(getpid(), &b), 0);
-    self = NULL;
-    for (uint32_t i = 0; i < b.count; i++)
-      if (b.t[i].tid == getpid()) self = &b.t[i];
-    assert_non_null(self);
+    self = main_thread(&b);
   }
   assert_true(x > 0);
   assert_true(self->cpu_s > start);

@@ -47,8 +47,8 @@ static bool store_forgets(hx *x, const char *needle) {
  */
 
 /* The fanout writes the dispatch records; an inline mailbox entry is appended by hand
- * (the materializer's job) for user `u`. */
-static void spread(hx *x, uint64_t g, qim_conversation_seq seq, uint64_t u) {
+ * (the materializer's job) for user `u`. Returns the entry's mailbox seq. */
+static qim_mailbox_seq spread(hx *x, uint64_t g, qim_conversation_seq seq, uint64_t u) {
   qim_fanout *f;
   qim_fanout_options fo = {.shards = HX_SHARDS};
   assert_int_equal(qim_fanout_new(x->store, &fo, &f), 0);
@@ -88,6 +88,42 @@ static void spread(hx *x, uint64_t g, qim_conversation_seq seq, uint64_t u) {
   qim_store_mailbox_append_req a = {.batch = &b, .owner_epoch = t.out_epoch};
   assert_int_equal(QIM_STORE_SYNC(x->store, mailboxes.append, &a), 0);
   qim_message_record_free(&rec);
+  return mseq;
+}
+
+/* A hard delete of `seq` in conversation 1 by `actor`: a recall when `recall`. */
+static void hard_delete(hx *x, uint64_t actor, qim_conversation_seq seq, bool recall) {
+  qim_history_delete_req d = {.actor = hx_actor(actor),
+                              .conversation_id = hx_conv(1),
+                              .ranges = (qim_store_seq_range[]){{seq, 0}},
+                              .range_count = 1,
+                              .hard = true};
+  qim_history_delete_result r;
+  assert_int_equal(qim_history_delete(x->history, &d, &r), 0);
+  assert_int_equal(recall ? r.recalled : r.deleted, 1);
+  qim_history_delete_result_free(&r);
+}
+
+/* Trims user u's lane below and past `mseq` (its entries go) and every dispatch stream
+ * (its records go): the retention passes' work. */
+static void trim_copies(hx *x, uint64_t u, qim_mailbox_seq mseq) {
+  qim_store_watermark_advance_req w = {
+      .advance = {.shard = qim_shard_of_user(&HX_SHARDS, HX_TENANT, hx_user(u)),
+                  .lane = qim_lane_of_user(&HX_SHARDS, HX_TENANT, hx_user(u)),
+                  .materialized = mseq,
+                  .floor = mseq + 1},
+      .owner_epoch = qim_mailbox_seq_epoch(mseq)};
+  w.advance.materialized = w.advance.floor;
+  assert_int_equal(QIM_STORE_SYNC(x->store, mailboxes.watermark_advance, &w), 0);
+  for (uint32_t s = 0; s < HX_SHARDS.shard_count; s++) {
+    qim_store_log_read_req d = {.stream = {QIM_LOG_STREAM_MAILBOX_DISPATCH, s}, .max = 1000};
+    assert_int_equal(QIM_STORE_SYNC(x->store, logs.read, &d), 0);
+    for (size_t i = 0; i < d.out_count; i++) qim_store_log_record_free(&d.out_records[i]);
+    qim_free(d.out_records);
+    qim_store_log_trim_req t = {.stream = d.stream, .below = d.out_end};
+    assert_int_equal(QIM_STORE_SYNC(x->store, logs.trim, &t), 0);
+    assert_int_equal(t.out_trim, d.out_end); /* every record of the stream went */
+  }
 }
 
 /* No API returns the body: the record, the outbox envelope, every dispatch, the mailbox. */
@@ -168,15 +204,7 @@ static void wipe_one(hx *x, const struct wipe_case *c) {
     assert_int_equal(qim_history_sweep(x->history, &res), 0);
     assert_int_equal(res.expired, 1);
   } else {
-    qim_history_delete_req d = {.actor = hx_actor(c->how == RECALL ? 2 : 1),
-                                .conversation_id = hx_conv(1),
-                                .ranges = (qim_store_seq_range[]){{seq, 0}},
-                                .range_count = 1,
-                                .hard = true};
-    qim_history_delete_result r;
-    assert_int_equal(qim_history_delete(x->history, &d, &r), 0);
-    assert_int_equal(c->how == RECALL ? r.recalled : r.deleted, 1);
-    qim_history_delete_result_free(&r);
+    hard_delete(x, c->how == RECALL ? 2 : 1, seq, c->how == RECALL);
   }
   assert_no_api_returns(x, 1, seq, 3, secret);
   if (!store_forgets(x, secret))
@@ -194,11 +222,43 @@ static void test_an_expired_body_leaves_no_trace(void **state) {
   wipe_one(*state, &WIPES[2]);
 }
 
+/* Trimming copies of a body erases nothing (no wipe is owed for them: the body lives on
+ * in history), yet once the message is deleted the trimmed copies' old bytes are gone
+ * from the files too, taken by the wipe the delete owes. */
+static void test_trimmed_copies_erase_nothing_and_go_with_the_later_delete(void **state) {
+  hx *x = *state;
+  const char *secret = "SECRET-BODY-5d0e2b9a71c4f836-trimmed-then-deleted";
+  const char *kept = "KEPT-BODY-c3a9e5170b2d48f6-still-here";
+  hx_group_create(x, 1, 1, 2, 2);
+  qim_conversation_seq seq = hx_pub(x, 1, 2, secret);
+  hx_pub(x, 1, 3, kept);
+  qim_mailbox_seq mseq = spread(x, 1, seq, 3);
+  qim_store_stats before, after;
+  qim_store_get_stats(x->store, &before);
+  trim_copies(x, 3, mseq);
+  qim_store_get_stats(x->store, &after);
+  assert_int_equal(after.erases, before.erases);
+  qim_store_mailbox_range_req m = {
+      .query = {
+          .tenant_id = HX_TENANT, .user_id = hx_user(3), .up_to_seq = INT64_MAX, .max_items = 100}};
+  assert_int_equal(QIM_STORE_SYNC(x->store, mailboxes.range, &m), 0);
+  assert_int_equal(m.out_count, 0); /* the trim took the inline copy */
+  assert_true(store_holds(x, secret));
+
+  hard_delete(x, 1, seq, false);
+  qim_store_get_stats(x->store, &after);
+  assert_true(after.erases > before.erases);
+  if (!store_forgets(x, secret)) fail_msg("the trimmed copies' bytes outlived the delete");
+  assert_true(store_holds(x, kept));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_a_hard_deleted_body_leaves_no_trace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_recalled_body_leaves_no_trace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_an_expired_body_leaves_no_trace, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_trimmed_copies_erase_nothing_and_go_with_the_later_delete,
+                                      setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
