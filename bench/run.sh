@@ -40,12 +40,12 @@ want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 # ---- sizes: full run (< 15 minutes on 2 cores) and --quick ------------------------------------
 if [ $QUICK = 1 ]; then
-  SECS=1; P2P_SECS=1; WARM=0.5; CURVE_SECS=1; SEARCH_STEPS=1; ACCOUNTS=40; P2P_USERS=20; P2P_START=100
+  SECS=1; P2P_SECS=1; WARM=0.5; CURVE_SECS=1; SEARCH_STEPS=1; CONFIRM_STEPS=1; ACCOUNTS=40; P2P_USERS=20; P2P_START=100
   G_SMALL=10; G_LARGE=20; G_SENDERS=2; IDLE_CONNS=200; IDLE_HOLD=2; SOCK_CONNS=1000
   COMMIT_ARGS="--messages 200"; DISK_SECS=1; WAL_SECS=1; HISTORY_ARGS="--messages 20000 --iterations 200"
   HISTORY_MESSAGES=20000
 else
-  SECS=5; P2P_SECS=10; WARM=1; CURVE_SECS=10; SEARCH_STEPS=4; ACCOUNTS=1000; P2P_USERS=1000; P2P_START=500
+  SECS=5; P2P_SECS=10; WARM=1; CURVE_SECS=10; SEARCH_STEPS=4; CONFIRM_STEPS=2; ACCOUNTS=1000; P2P_USERS=1000; P2P_START=500
   G_SMALL=100; G_LARGE=1000; G_SENDERS=10; IDLE_CONNS=15000; IDLE_HOLD=10; SOCK_CONNS=5000
   COMMIT_ARGS=""; DISK_SECS=3; WAL_SECS=10; HISTORY_ARGS=""
   HISTORY_MESSAGES=1000000
@@ -249,13 +249,37 @@ search() {
       if step "$id" "$lim" "$rate" "$@"; then lo=$rate; break; else hi=$rate; fi
     done
   fi
-  if [ $lo -gt 0 ] && [ $hi -gt 0 ]; then
-    for _ in $(seq 1 $SEARCH_STEPS); do
-      rate=$(((lo + hi) / 2))
-      [ $rate -le $lo ] && break
-      if step "$id" "$lim" "$rate" "$@"; then lo=$rate; else hi=$rate; fi
-    done
-  fi
+  if [ $lo -gt 0 ] && [ $hi -gt 0 ]; then lo=$(bisect "$id" "$lim" $lo $hi $SEARCH_STEPS "$@"); fi
+  echo $lo
+}
+
+# bisect ID LIMIT LO HI STEPS ARGS...: STEPS bisections between LO, a rate that kept up, and
+# HI, one that did not; prints the highest rate that kept up.
+bisect() {
+  local id=$1 lim=$2 lo=$3 hi=$4 steps=$5 rate; shift 5
+  for _ in $(seq 1 "$steps"); do
+    rate=$(((lo + hi) / 2))
+    [ $rate -le $lo ] && break
+    if step "$id" "$lim" "$rate" "$@"; then lo=$rate; else hi=$rate; fi
+  done
+  echo $lo
+}
+
+# confirm ID LIMIT MAX ARGS...: the highest rate at or below MAX that keeps up again on the
+# store the search grew: MAX itself, else three quarters of it, and so on down (at most 8
+# times: a tenth of MAX), then CONFIRM_STEPS bisections between the highest rate that kept
+# up and the lowest that did not (2: within ~4 % of it). Prints it (0 if none did). Its
+# runs are ID's steps (result lines ID-search).
+confirm() {
+  local id=$1 lim=$2 hi=$3 lo=0 rate; shift 3
+  if step "$id" "$lim" "$hi" "$@"; then echo "$hi"; return; fi
+  for _ in $(seq 1 8); do
+    rate=$((hi * 3 / 4))
+    [ $rate -lt 1 ] && break
+    if step "$id" "$lim" "$rate" "$@"; then lo=$rate; break; fi
+    hi=$rate
+  done
+  if [ $lo -gt 0 ]; then lo=$(bisect "$id" "$lim" $lo $hi $CONFIRM_STEPS "$@"); fi
   echo $lo
 }
 
@@ -266,20 +290,22 @@ search() {
 p2p_search() { STEP_SECS=$P2P_SECS search "$1" $P99_LIMIT_MS $P2P_START p2p --via usr --users $P2P_USERS; }
 if want p2p; then
   max=$(p2p_search p2p)
-  # The figure is the highest rate a second run holds: the curve runs on the store the
-  # search grew, so its points can miss where the search's step, on a smaller store,
-  # passed. confirmed: the highest curve point with it and every point below it ok.
-  confirmed=0 holding=1
-  if [ "$max" -gt 0 ]; then
+  # The figure is the highest rate that holds again on the store the search grew, where a
+  # rate the search passed on a smaller store can miss: first the confirmation, from the
+  # search's result down; then the curve at 25/50/75/100 % of the rate it held.
+  # confirmed: the highest curve point with it and every point below it ok.
+  held=0 confirmed=0 holding=1
+  [ "$max" -gt 0 ] && held=$(STEP_SECS=$P2P_SECS confirm p2p-confirm $P99_LIMIT_MS "$max" p2p --via usr --users $P2P_USERS)
+  if [ "$held" -gt 0 ]; then
     for pct in 25 50 75 100; do
-      r=$((max * pct / 100)); [ $r -lt 1 ] && r=1
+      r=$((held * pct / 100)); [ $r -lt 1 ] && r=1
       # shellcheck disable=SC2086
       v=$(judged "p2p-$pct" $P99_LIMIT_MS "$QB" p2p --via usr --users $P2P_USERS --rate $r --duration $CURVE_SECS --warmup $WARM $S --label pct=$pct)
       if [ "$v" = ok ] && [ $holding = 1 ]; then confirmed=$r; else holding=0; fi
     done
   fi
-  printf 'p2p-max\t(search)\tscenario=p2p-max max_rate=%s confirmed_rate=%s p99_limit_ms=%s status=ok\n' \
-    "$max" "$confirmed" $P99_LIMIT_MS >> "$RESULTS"
+  printf 'p2p-max\t(search)\tscenario=p2p-max max_rate=%s held_rate=%s confirmed_rate=%s p99_limit_ms=%s status=ok\n' \
+    "$max" "$held" "$confirmed" $P99_LIMIT_MS >> "$RESULTS"
 fi
 
 # ---- 2b. what bounds 2: the same search with the store in memory ------------------------------
