@@ -13,6 +13,8 @@
 #   --only     comma-separated subset of: disk,commit,echo,sock,p2p,p2pmem,group,idle,history,
 #              sync
 #   --keep     keep the work directory (qimd data, logs, accounts, raw results)
+#   --memory   run the measured qimd in store-memory mode (the database in /dev/shm, made
+#              durable by a journal and snapshots in BENCH_DIR; docs/store.md)
 # Environment: BENCH_DIR, a directory on the real disk for data (default /tmp; never tmpfs).
 # Every child process is started here and stopped by its pid; every step has a timeout.
 set -euo pipefail
@@ -22,6 +24,7 @@ BUILD=$ROOT/build
 OUT=$ROOT/BENCHMARKS.md
 QUICK=0
 KEEP=0
+MEMORY=0
 ONLY=disk,commit,echo,sock,p2p,p2pmem,group,idle,history,sync
 while [ $# -gt 0 ]; do
   case $1 in
@@ -31,7 +34,8 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift ;;
     --only) ONLY=$2; shift ;;
     --keep) KEEP=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --memory) MEMORY=1 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -61,10 +65,12 @@ RESULTS=$WORK/results.tsv
 : > "$RESULTS"
 PIDS=()
 MEMDIR=
+JOURNAL_MEMDIR=
 cleanup() {
   for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then kill "$p" 2>/dev/null || true; fi; done
   for p in "${PIDS[@]:-}"; do if [ -n "$p" ]; then wait "$p" 2>/dev/null || true; fi; done
   if [ -n "$MEMDIR" ]; then rm -rf "$MEMDIR"; fi
+  if [ -n "$JOURNAL_MEMDIR" ]; then rm -rf "$JOURNAL_MEMDIR"; fi
   if [ $KEEP = 0 ]; then rm -rf "$WORK"; else echo "run.sh: work directory kept: $WORK" >&2; fi
 }
 trap cleanup EXIT
@@ -141,12 +147,12 @@ want sock && record sock "$BB/qim-bench-sock_cost" --conns $SOCK_CONNS --rounds 
 # ---- qimd ------------------------------------------------------------------------------------
 NEED_QIMD=0 QPORT='' QPID='' S=''
 for m in p2p group idle sync; do want $m && NEED_QIMD=1; done
-# start_qimd DATA LOG ACCOUNTS [SUFFIX]: a qimd on a free port with its store in DATA and no
-# rate limits; sets QPORT, QPID and S (qim-bench's server arguments) and creates the accounts
-# (result line accounts SUFFIX).
+# start_qimd DATA LOG ACCOUNTS [SUFFIX [STORE]]: a qimd on a free port with its store in DATA
+# (STORE: a --store URL for it) and no rate limits; sets QPORT, QPID and S (qim-bench's
+# server arguments) and creates the accounts (result line accounts SUFFIX).
 start_qimd() {
   QPORT=$(free_port)
-  "$QIMD" --listen 127.0.0.1:$QPORT --data "$1" --log-level warn \
+  "$QIMD" --listen 127.0.0.1:$QPORT --data "$1" ${5:+--store "$5"} --log-level warn \
     --login-rate 1000000 --login-burst 1000000 --send-rate 1000000 --send-burst 1000000 \
     --request-rate 1000000 --request-burst 1000000 --conns-per-ip 0 \
     > "$2" 2>&1 &
@@ -160,7 +166,13 @@ start_qimd() {
   # shellcheck disable=SC2086
   record "accounts${4:-}" "$QB" accounts $S --count $ACCOUNTS --concurrency "$IO_THREADS"
 }
-if [ $NEED_QIMD = 1 ]; then start_qimd "$WORK/qimd" "$WORK/qimd.log" "$WORK/accounts.txt"; fi
+STORE_URL=
+if [ $MEMORY = 1 ]; then
+  JOURNAL_MEMDIR=$(mktemp -d /dev/shm/qim-bench-journal.XXXXXX)
+  mkdir -p "$WORK/qimd"
+  STORE_URL="sqlite:$WORK/qimd/qim.db?memory=$JOURNAL_MEMDIR"
+fi
+if [ $NEED_QIMD = 1 ]; then start_qimd "$WORK/qimd" "$WORK/qimd.log" "$WORK/accounts.txt" "" "$STORE_URL"; fi
 
 # verdict LINE LIMIT_MS: "ok" when the run kept up, else the first reason it did not:
 # status (the run failed), errors, lost, skipped, rate (sent < 97% of the target), lag (the
