@@ -582,10 +582,14 @@ static int set_take(sq_store *st, page_set *s, bool cover) {
 
 /* The set's pages read back from PATH-pages and written into the base in place, runs of
  * neighbours at once, then the base cut to its size and synced. A crash part way leaves
- * the set in PATH-pages, and opening writes it again (plog_finish). */
+ * the set in PATH-pages, and opening writes it again (plog_finish). The base is written
+ * through the page cache, its write-out started after each slice: on a grown store most
+ * runs are one page, and with direct I/O each was its own request, queued ahead of the
+ * journal's syncs (6-step sequences at 5,000 msgs/s: 13 of 18 steps within 50 ms with
+ * direct I/O, 17 of 18 without; the snapshot thread's CPU per set up to a third less). */
 static int base_apply(sq_memory *m, page_set *s, bool paced) {
   uint32_t ps = m->page_size;
-  int in = open_direct(m, m->plog, O_RDONLY), out = open_direct(m, m->base, O_WRONLY);
+  int in = open_direct(m, m->plog, O_RDONLY), out = open(m->base, O_WRONLY | O_CLOEXEC);
   int rc = in < 0 || out < 0 ? -errno : 0;
   uint8_t *slice = slice_new(m, &s->slice_pages);
   uint64_t t0 = sq_now_ns();
@@ -600,6 +604,7 @@ static int base_apply(sq_memory *m, page_set *s, bool paced) {
         rc = -EIO;
       i = j;
     }
+    if (rc == 0 && sync_file_range(out, 0, 0, SYNC_FILE_RANGE_WRITE)) rc = -errno;
     if (paced) pace(t0, (uint64_t)(at + k) * ps);
   }
   if (rc == 0 && ftruncate(out, (off_t)(s->db_pages * ps))) rc = -errno;
