@@ -291,18 +291,22 @@ p2p_search() { STEP_SECS=$P2P_SECS search "$1" $P99_LIMIT_MS $P2P_START p2p --vi
 if want p2p; then
   max=$(p2p_search p2p)
   # The figure is the highest rate that holds again on the store the search grew, where a
-  # rate the search passed on a smaller store can miss: first the confirmation, from the
-  # search's result down; then the curve at 25/50/75/100 % of the rate it held.
+  # rate the search passed on a smaller store can miss: the confirmation, from the search's
+  # result down, finds it. The curve is then at 25/50/75/100 % of that rate, its 100 % point
+  # the confirmation's run that held (a row of its own, p2p-100); 25/50/75 % run after it.
   # confirmed: the highest curve point with it and every point below it ok.
   held=0 confirmed=0 holding=1
   [ "$max" -gt 0 ] && held=$(STEP_SECS=$P2P_SECS confirm p2p-confirm $P99_LIMIT_MS "$max" p2p --via usr --users $P2P_USERS)
   if [ "$held" -gt 0 ]; then
-    for pct in 25 50 75 100; do
+    for pct in 25 50 75; do
       r=$((held * pct / 100)); [ $r -lt 1 ] && r=1
       # shellcheck disable=SC2086
       v=$(judged "p2p-$pct" $P99_LIMIT_MS "$QB" p2p --via usr --users $P2P_USERS --rate $r --duration $CURVE_SECS --warmup $WARM $S --label pct=$pct)
       if [ "$v" = ok ] && [ $holding = 1 ]; then confirmed=$r; else holding=0; fi
     done
+    awk -F '\t' -v r="$held" '$1 == "p2p-confirm-search" && (" " $3 " ") ~ (" rate_target=" r " ") && $3 ~ / verdict=ok$/ { l = $0 }
+      END { if (l != "") { sub(/^p2p-confirm-search/, "p2p-100", l); print l } }' "$RESULTS" >> "$RESULTS"
+    [ $holding = 1 ] && confirmed=$held
   fi
   printf 'p2p-max\t(search)\tscenario=p2p-max max_rate=%s held_rate=%s confirmed_rate=%s p99_limit_ms=%s status=ok\n' \
     "$max" "$held" "$confirmed" $P99_LIMIT_MS >> "$RESULTS"
