@@ -140,7 +140,7 @@ want sock && record sock "$BB/qim-bench-sock_cost" --conns $SOCK_CONNS --rounds 
 
 # ---- qimd ------------------------------------------------------------------------------------
 NEED_QIMD=0 QPORT='' QPID='' S=''
-for m in p2p group idle sync; do want $m && NEED_QIMD=1; done
+for m in p2p p2pmem group idle sync; do want $m && NEED_QIMD=1; done
 # launch_qimd DATA LOG ACCOUNTS: a qimd on a free port with its store in DATA and no rate
 # limits; sets QPORT, QPID and S (qim-bench's server arguments, ACCOUNTS its accounts file).
 launch_qimd() {
@@ -157,14 +157,24 @@ launch_qimd() {
   done
   S="--server 127.0.0.1:$QPORT --server-pid $QPID --accounts $3 --quiet"
 }
-# start_qimd DATA LOG ACCOUNTS [SUFFIX]: launch_qimd, then creates the accounts (result line
-# accounts SUFFIX).
+# start_qimd DATA LOG ACCOUNTS: launch_qimd, then creates the accounts (result line accounts).
 start_qimd() {
   launch_qimd "$1" "$2" "$3"
   # shellcheck disable=SC2086
-  record "accounts${4:-}" "$QB" accounts $S --count $ACCOUNTS --concurrency "$IO_THREADS"
+  record accounts "$QB" accounts $S --count $ACCOUNTS --concurrency "$IO_THREADS"
 }
-if [ $NEED_QIMD = 1 ]; then start_qimd "$WORK/qimd" "$WORK/qimd.log" "$WORK/accounts.txt"; fi
+if [ $NEED_QIMD = 1 ]; then
+  start_qimd "$WORK/qimd" "$WORK/qimd.log" "$WORK/accounts.txt"
+  # The tmpfs qimd of 2b gets a copy of this store, accounts and all: making them again
+  # took ~45 s of argon2id. Copied with qimd stopped, so the files stand at one commit.
+  if want p2pmem && [ -d /dev/shm ]; then
+    kill -INT "$QPID" 2>/dev/null || true
+    wait "$QPID" 2>/dev/null || true
+    MEMDIR=$(mktemp -d /dev/shm/qim-bench-mem.XXXXXX)
+    cp -r "$WORK/qimd" "$MEMDIR/qimd"
+    launch_qimd "$WORK/qimd" "$WORK/qimd-run.log" "$WORK/accounts.txt"
+  fi
+fi
 
 # verdict LINE LIMIT_MS: "ok" when the run kept up, else the first reason it did not:
 # status (the run failed), errors, lost, skipped, rate (sent < 97% of the target), lag (the
@@ -322,8 +332,7 @@ fi
 # holds rates the real store misses, the disk is what bounds 2 (bench/README.md, section 2).
 if want p2pmem && [ -d /dev/shm ]; then
   main_qimd=("$QPORT" "$QPID" "$S")
-  MEMDIR=$(mktemp -d /dev/shm/qim-bench-mem.XXXXXX)
-  start_qimd "$MEMDIR/qimd" "$WORK/qimd-mem.log" "$WORK/accounts-mem.txt" -mem
+  launch_qimd "$MEMDIR/qimd" "$WORK/qimd-mem.log" "$WORK/accounts.txt"
   max=$(p2p_search p2pmem)
   printf 'p2pmem-max\t(search)\tscenario=p2pmem-max max_rate=%s p99_limit_ms=%s status=ok\n' \
     "$max" $P99_LIMIT_MS >> "$RESULTS"
