@@ -108,8 +108,8 @@ section "2. One-to-one"
 echo "Highest rate with p99 send→delivery ≤ 50 ms, no loss, no errors and the client on schedule"
 echo "(send lag within the harness's limit; a run whose client fell behind ran once more), held"
 echo "on the store the search grew: the search passed $(num "$p2p_search") msgs/s; on its store, the"
-echo "confirmation from there down held $(num "$p2p_held") msgs/s; the latency curve at 25/50/75/100 % of that,"
-echo "run after it, held up to **$(num "$p2p") msgs/s** (its highest point with every point below it ok)."
+echo "confirmation from there down held $(num "$p2p_held") msgs/s (the curve's 100 % point); with the curve's"
+echo "25/50/75 % points, run after it: **$(num "$p2p") msgs/s** (the highest point with every point below it ok)."
 # shellcheck disable=SC2016 # the backticks are Markdown
 echo "Pairs are $(get p2p-search via | sed 's/group2/2-member groups (qim-bench --via group)/; s/^usr$/one-to-one topics (`sub usr…` on both sides)/')."
 echo
@@ -121,6 +121,7 @@ for pct in 25 50 75 100; do
   # A point whose client fell behind ran twice (run.sh, judged): the row is the second run.
   again=
   [ "$(grep -c "^$id	" "$RESULTS" 2>/dev/null || true)" -gt 1 ] && again=" (second run; the first: lag)"
+  [ $pct = 100 ] && again=" (the confirmation's run)"
   echo "| $pct% | $(num "$(get $id rate_target)") | $(num "$(get $id send_rate)") | $(num "$(get $id deliv_rate)") | $(get $id lat_p50_ms) | $(get $id lat_p90_ms) | $(get $id lat_p99_ms) | $(get $id lat_max_ms) | $(get $id server_cpu_pct) | $(top_thread "$(get $id server_top_thread)" "$(get $id server_top_thread_pct)") | $(num "$(get $id server_rss_kb)") | $(get $id verdict)$again |"
 done
 echo

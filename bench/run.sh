@@ -14,7 +14,7 @@
 #              sync
 #   --keep     keep the work directory (qimd data, logs, accounts, raw results)
 #   --memory   run the measured qimd in store-memory mode (the database in /dev/shm, made
-#              durable by a journal and snapshots in BENCH_DIR; docs/store.md)
+#              durable by a journal and snapshots in BENCH_DIR; docs/store.md); no p2pmem
 # Environment: BENCH_DIR, a directory on the real disk for data (default /tmp; never tmpfs).
 # Every child process is started here and stopped by its pid; every step has a timeout.
 set -euo pipefail
@@ -146,33 +146,50 @@ want sock && record sock "$BB/qim-bench-sock_cost" --conns $SOCK_CONNS --rounds 
 
 # ---- qimd ------------------------------------------------------------------------------------
 NEED_QIMD=0 QPORT='' QPID='' S=''
-for m in p2p group idle sync; do want $m && NEED_QIMD=1; done
-# start_qimd DATA LOG ACCOUNTS [SUFFIX [STORE]]: a qimd on a free port with its store in DATA
-# (STORE: a --store URL for it) and no rate limits; sets QPORT, QPID and S (qim-bench's
-# server arguments) and creates the accounts (result line accounts SUFFIX).
-start_qimd() {
+for m in p2p p2pmem group idle sync; do want $m && NEED_QIMD=1; done
+# launch_qimd DATA LOG ACCOUNTS [STORE]: a qimd on a free port with its store in DATA (STORE:
+# a --store URL for it) and no rate limits; sets QPORT, QPID and S (qim-bench's server
+# arguments, ACCOUNTS its accounts file).
+launch_qimd() {
   QPORT=$(free_port)
-  "$QIMD" --listen 127.0.0.1:$QPORT --data "$1" ${5:+--store "$5"} --log-level warn \
+  "$QIMD" --listen 127.0.0.1:$QPORT --data "$1" ${4:+--store "$4"} --log-level warn \
     --login-rate 1000000 --login-burst 1000000 --send-rate 1000000 --send-burst 1000000 \
     --request-rate 1000000 --request-burst 1000000 --conns-per-ip 0 \
     > "$2" 2>&1 &
   QPID=$!; PIDS+=("$QPID")
-  for _ in $(seq 1 100); do
+  # Up to a minute: a store-memory qimd started again replays its journal first.
+  for _ in $(seq 1 600); do
     ss -Hltn "sport = :$QPORT" 2>/dev/null | grep -q . && break
     kill -0 "$QPID" 2>/dev/null || { log "qimd exited: $(tail -3 "$2")"; exit 1; }
     sleep 0.1
   done
   S="--server 127.0.0.1:$QPORT --server-pid $QPID --accounts $3 --quiet"
+}
+# start_qimd DATA LOG ACCOUNTS: launch_qimd, then creates the accounts (result line accounts).
+start_qimd() {
+  launch_qimd "$1" "$2" "$3" "$STORE_URL"
   # shellcheck disable=SC2086
-  record "accounts${4:-}" "$QB" accounts $S --count $ACCOUNTS --concurrency "$IO_THREADS"
+  record accounts "$QB" accounts $S --count $ACCOUNTS --concurrency "$IO_THREADS"
 }
 STORE_URL=
 if [ $MEMORY = 1 ]; then
+  ONLY=${ONLY//p2pmem/}
   JOURNAL_MEMDIR=$(mktemp -d /dev/shm/qim-bench-journal.XXXXXX)
   mkdir -p "$WORK/qimd"
   STORE_URL="sqlite:$WORK/qimd/qim.db?memory=$JOURNAL_MEMDIR"
 fi
-if [ $NEED_QIMD = 1 ]; then start_qimd "$WORK/qimd" "$WORK/qimd.log" "$WORK/accounts.txt" "" "$STORE_URL"; fi
+if [ $NEED_QIMD = 1 ]; then
+  start_qimd "$WORK/qimd" "$WORK/qimd.log" "$WORK/accounts.txt"
+  # The tmpfs qimd of 2b gets a copy of this store, accounts and all: making them again
+  # took ~45 s of argon2id. Copied with qimd stopped, so the files stand at one commit.
+  if want p2pmem && [ -d /dev/shm ]; then
+    kill -INT "$QPID" 2>/dev/null || true
+    wait "$QPID" 2>/dev/null || true
+    MEMDIR=$(mktemp -d /dev/shm/qim-bench-mem.XXXXXX)
+    cp -r "$WORK/qimd" "$MEMDIR/qimd"
+    launch_qimd "$WORK/qimd" "$WORK/qimd-run.log" "$WORK/accounts.txt" "$STORE_URL"
+  fi
+fi
 
 # verdict LINE LIMIT_MS: "ok" when the run kept up, else the first reason it did not:
 # status (the run failed), errors, lost, skipped, rate (sent < 97% of the target), lag (the
@@ -303,18 +320,22 @@ p2p_search() { STEP_SECS=$P2P_SECS search "$1" $P99_LIMIT_MS $P2P_START p2p --vi
 if want p2p; then
   max=$(p2p_search p2p)
   # The figure is the highest rate that holds again on the store the search grew, where a
-  # rate the search passed on a smaller store can miss: first the confirmation, from the
-  # search's result down; then the curve at 25/50/75/100 % of the rate it held.
+  # rate the search passed on a smaller store can miss: the confirmation, from the search's
+  # result down, finds it. The curve is then at 25/50/75/100 % of that rate, its 100 % point
+  # the confirmation's run that held (a row of its own, p2p-100); 25/50/75 % run after it.
   # confirmed: the highest curve point with it and every point below it ok.
   held=0 confirmed=0 holding=1
   [ "$max" -gt 0 ] && held=$(STEP_SECS=$P2P_SECS confirm p2p-confirm $P99_LIMIT_MS "$max" p2p --via usr --users $P2P_USERS)
   if [ "$held" -gt 0 ]; then
-    for pct in 25 50 75 100; do
+    for pct in 25 50 75; do
       r=$((held * pct / 100)); [ $r -lt 1 ] && r=1
       # shellcheck disable=SC2086
       v=$(judged "p2p-$pct" $P99_LIMIT_MS "$QB" p2p --via usr --users $P2P_USERS --rate $r --duration $CURVE_SECS --warmup $WARM $S --label pct=$pct)
       if [ "$v" = ok ] && [ $holding = 1 ]; then confirmed=$r; else holding=0; fi
     done
+    awk -F '\t' -v r="$held" '$1 == "p2p-confirm-search" && (" " $3 " ") ~ (" rate_target=" r " ") && $3 ~ / verdict=ok$/ { l = $0 }
+      END { if (l != "") { sub(/^p2p-confirm-search/, "p2p-100", l); print l } }' "$RESULTS" >> "$RESULTS"
+    [ $holding = 1 ] && confirmed=$held
   fi
   printf 'p2p-max\t(search)\tscenario=p2p-max max_rate=%s held_rate=%s confirmed_rate=%s p99_limit_ms=%s status=ok\n' \
     "$max" "$held" "$confirmed" $P99_LIMIT_MS >> "$RESULTS"
@@ -326,8 +347,7 @@ fi
 # holds rates the real store misses, the disk is what bounds 2 (bench/README.md, section 2).
 if want p2pmem && [ -d /dev/shm ]; then
   main_qimd=("$QPORT" "$QPID" "$S")
-  MEMDIR=$(mktemp -d /dev/shm/qim-bench-mem.XXXXXX)
-  start_qimd "$MEMDIR/qimd" "$WORK/qimd-mem.log" "$WORK/accounts-mem.txt" -mem
+  launch_qimd "$MEMDIR/qimd" "$WORK/qimd-mem.log" "$WORK/accounts.txt"
   max=$(p2p_search p2pmem)
   printf 'p2pmem-max\t(search)\tscenario=p2pmem-max max_rate=%s p99_limit_ms=%s status=ok\n' \
     "$max" $P99_LIMIT_MS >> "$RESULTS"
@@ -350,6 +370,14 @@ fi
 
 # ---- 4. idle connections ---------------------------------------------------------------------
 if want idle; then
+  # On a qimd started again on the same store: the earlier scenarios grew its heap, and
+  # connections allocated from that freed memory moved its RSS by nothing (0 bytes a
+  # connection in the run of 1cfaf07, after p2p and groups of 1,000).
+  if want p2p || want group; then
+    kill -INT "$QPID" 2>/dev/null || true
+    wait "$QPID" 2>/dev/null || true
+    launch_qimd "$WORK/qimd" "$WORK/qimd-idle.log" "$WORK/accounts.txt" "$STORE_URL"
+  fi
   # shellcheck disable=SC2086
   record idle "$QB" idle --users $IDLE_CONNS --duration $IDLE_HOLD --concurrency 200 $S
 fi
