@@ -165,6 +165,11 @@ launch_qimd() {
   done
   S="--server 127.0.0.1:$QPORT --server-pid $QPID --accounts $3 --quiet"
 }
+# stop_qimd: stops the qimd launch_qimd started last (SIGINT) and waits for it to exit.
+stop_qimd() {
+  kill -INT "$QPID" 2>/dev/null || true
+  wait "$QPID" 2>/dev/null || true
+}
 # start_qimd DATA LOG ACCOUNTS: launch_qimd, then creates the accounts (result line accounts).
 start_qimd() {
   launch_qimd "$1" "$2" "$3" "$STORE_URL"
@@ -183,8 +188,7 @@ if [ $NEED_QIMD = 1 ]; then
   # The tmpfs qimd of 2b gets a copy of this store, accounts and all: making them again
   # took ~45 s of argon2id. Copied with qimd stopped, so the files stand at one commit.
   if want p2pmem && [ -d /dev/shm ]; then
-    kill -INT "$QPID" 2>/dev/null || true
-    wait "$QPID" 2>/dev/null || true
+    stop_qimd
     MEMDIR=$(mktemp -d /dev/shm/qim-bench-mem.XXXXXX)
     cp -r "$WORK/qimd" "$MEMDIR/qimd"
     launch_qimd "$WORK/qimd" "$WORK/qimd-run.log" "$WORK/accounts.txt" "$STORE_URL"
@@ -351,8 +355,7 @@ if want p2pmem && [ -d /dev/shm ]; then
   max=$(p2p_search p2pmem)
   printf 'p2pmem-max\t(search)\tscenario=p2pmem-max max_rate=%s p99_limit_ms=%s status=ok\n' \
     "$max" $P99_LIMIT_MS >> "$RESULTS"
-  kill -INT "$QPID" 2>/dev/null || true
-  wait "$QPID" 2>/dev/null || true
+  stop_qimd
   rm -rf "$MEMDIR"; MEMDIR=
   QPORT=${main_qimd[0]} QPID=${main_qimd[1]} S=${main_qimd[2]}
 fi
@@ -374,8 +377,7 @@ if want idle; then
   # connections allocated from that freed memory moved its RSS by nothing (0 bytes a
   # connection in the run of 1cfaf07, after p2p and groups of 1,000).
   if want p2p || want group; then
-    kill -INT "$QPID" 2>/dev/null || true
-    wait "$QPID" 2>/dev/null || true
+    stop_qimd
     launch_qimd "$WORK/qimd" "$WORK/qimd-idle.log" "$WORK/accounts.txt" "$STORE_URL"
   fi
   # shellcheck disable=SC2086

@@ -104,16 +104,15 @@ static void hard_delete(hx *x, uint64_t actor, qim_conversation_seq seq, bool re
   qim_history_delete_result_free(&r);
 }
 
-/* Trims user u's lane below and past `mseq` (its entries go) and every dispatch stream
- * (its records go): the retention passes' work. */
+/* Trims user u's lane up to and including `mseq` (its entries go) and every dispatch
+ * stream (its records go): the retention passes' work. */
 static void trim_copies(hx *x, uint64_t u, qim_mailbox_seq mseq) {
   qim_store_watermark_advance_req w = {
       .advance = {.shard = qim_shard_of_user(&HX_SHARDS, HX_TENANT, hx_user(u)),
                   .lane = qim_lane_of_user(&HX_SHARDS, HX_TENANT, hx_user(u)),
-                  .materialized = mseq,
+                  .materialized = mseq + 1,
                   .floor = mseq + 1},
       .owner_epoch = qim_mailbox_seq_epoch(mseq)};
-  w.advance.materialized = w.advance.floor;
   assert_int_equal(QIM_STORE_SYNC(x->store, mailboxes.watermark_advance, &w), 0);
   for (uint32_t s = 0; s < HX_SHARDS.shard_count; s++) {
     qim_store_log_read_req d = {.stream = {QIM_LOG_STREAM_MAILBOX_DISPATCH, s}, .max = 1000};
