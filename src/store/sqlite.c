@@ -1102,7 +1102,7 @@ static const qim_store_vtable sqlite_vtable = {
 
 /* "PATH", then "?" and "&"-separated parameters: max_page_count=N (a size cap, used by
  * tests to provoke SQLITE_FULL), memory=DIR (store-memory mode, sqlite_memory.c; *memdir
- * is then a copy the caller frees), snapshot_kb=N (its snapshots' spacing, default 64 MiB
+ * is then a copy the caller frees), snapshot_kb=N (its snapshots' spacing, default 256 MiB
  * of journal; tests use small ones). */
 static int parse_location(const char *loc, sq_store *st, char **memdir) {
   const char *q = strchr(loc, '?');
@@ -1206,7 +1206,7 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
   }
   char *memdir = NULL;
   rc = parse_location(location, st, &memdir);
-  if (rc == 0 && memdir) rc = sq_memory_prepare(st, memdir);
+  if (rc == 0) rc = memdir ? sq_memory_prepare(st, memdir) : sq_memory_refuse_plain(st->path);
   qim_free(memdir);
   if (rc == 0) rc = sq_conn_open(st, &st->wconn, true);
   if (rc == 0) rc = wal_size_limit(st);

@@ -179,6 +179,16 @@ static int page_size_of(const char *path, uint32_t *out) {
 static int plog_finish(sq_memory *m);
 static void mark_written(void *ctx, sqlite3_int64 off, int n);
 
+int sq_memory_refuse_plain(const char *path) {
+  char *jdir = path_join(path, "-journal");
+  bool memory_store = access(jdir, F_OK) == 0;
+  if (memory_store)
+    QIM_LOGE(NULL, "store.sqlite.memory_store_opened_plain",
+             "path=%s journal=%s: a store-memory store; open it with ?memory=DIR", path, jdir);
+  qim_free(jdir);
+  return memory_store ? -EEXIST : 0;
+}
+
 int sq_memory_prepare(sq_store *st, const char *memdir) {
   sq_memory *m = &st->mem;
   m->on = true;
@@ -191,6 +201,8 @@ int sq_memory_prepare(sq_store *st, const char *memdir) {
   m->live = live_path(memdir, m->base);
   m->plog = path_join(m->base, "-pages");
   pthread_mutex_init(&m->dirty_mu, NULL);
+  /* DIR is made if missing, as qimd's data directory is (one level). */
+  if (mkdir(memdir, 0700) != 0 && errno != EEXIST) return -errno;
   if (mkdir(m->jdir, 0700) != 0 && errno != EEXIST) return -errno;
   remove_live(m->live);
   int rc = 0;

@@ -592,6 +592,15 @@ static void test_worker_reads_run_on_their_own_thread_loop_reads_do_not(void **s
   qim_test_rmtree(dir);
 }
 
+/* Reserving `p` again answers Committed at `seq`: the commit outlived a close and reopen. */
+static void assert_committed_at(qim_store *s, qim_commit_intent *p, uint64_t seq) {
+  qim_store_intent_reserve_req r = {0};
+  r.proposal = p;
+  assert_int_equal(QIM_STORE_SYNC(s, intents.reserve, &r), 0);
+  assert_int_equal(r.out.kind, QIM_RESERVE_RESULT_COMMITTED);
+  assert_int_equal(r.out.committed.coordinates.conversation_seq, seq);
+}
+
 static void test_reopen_keeps_committed_data(void **state) {
   (void)state;
   char *dir = qim_test_tmpdir("store-reopen");
@@ -603,11 +612,7 @@ static void test_reopen_keeps_committed_data(void **state) {
   qim_store_close(s);
 
   s = fx_open(dir, NULL, &o);
-  qim_store_intent_reserve_req r = {0};
-  r.proposal = &p;
-  assert_int_equal(QIM_STORE_SYNC(s, intents.reserve, &r), 0);
-  assert_int_equal(r.out.kind, QIM_RESERVE_RESULT_COMMITTED);
-  assert_int_equal(r.out.committed.coordinates.conversation_seq, 1);
+  assert_committed_at(s, &p, 1);
   assert_int_equal(outbox_count(s), 1);
   qim_commit_intent_free(&p);
   qim_store_close(s);
@@ -902,15 +907,37 @@ static void test_memory_mode_replay_skips_a_kept_segments_old_records(void **sta
   closedir(d);
   s = fx_open(dir, suffix, &o);
   for (int i = 0; i < N; i++) {
-    qim_store_intent_reserve_req r = {0};
-    r.proposal = &p[i];
-    assert_int_equal(QIM_STORE_SYNC(s, intents.reserve, &r), 0);
-    assert_int_equal(r.out.kind, QIM_RESERVE_RESULT_COMMITTED);
-    assert_int_equal(r.out.committed.coordinates.conversation_seq, (uint64_t)i + 1);
+    assert_committed_at(s, &p[i], (uint64_t)i + 1);
     qim_commit_intent_free(&p[i]);
   }
   assert_int_equal(outbox_count(s), N);
   free(p);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
+/* A store-memory store opened without memory= is refused (-EEXIST): its file lacks what the
+ * journal holds since the last snapshot, so a plain open would lose acknowledged commits.
+ * Opened again with memory=, every commit is there. */
+static void test_memory_store_opened_without_memory_is_refused(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-memory-plain");
+  char mem[4200], suffix[4300];
+  qim_store_options o = fx_options();
+  qim_store *s = memory_store(dir, mem, suffix, &o);
+  qim_commit_intent p = fx_proposal(1, 1, 1, "journaled");
+  assert_int_equal(fx_commit(s, &p), 1);
+  qim_store_close(s);
+
+  char *url = fx_url(dir, NULL);
+  s = NULL;
+  assert_int_equal(qim_store_open(url, &o, &s), -EEXIST);
+  assert_null(s);
+  free(url);
+
+  s = fx_open(dir, suffix, &o);
+  assert_committed_at(s, &p, 1);
+  qim_commit_intent_free(&p);
   qim_store_close(s);
   qim_test_rmtree(dir);
 }
@@ -930,6 +957,7 @@ int main(void) {
       cmocka_unit_test(test_reopen_keeps_committed_data),
       cmocka_unit_test(test_memory_mode_wiped_body_leaves_no_bytes_in_any_file),
       cmocka_unit_test(test_memory_mode_replay_skips_a_kept_segments_old_records),
+      cmocka_unit_test(test_memory_store_opened_without_memory_is_refused),
       cmocka_unit_test(test_reopen_with_other_shard_config_is_refused),
       cmocka_unit_test(test_unspecified_layout_is_the_stores_own_or_the_default),
       cmocka_unit_test(test_wiped_body_leaves_no_bytes_on_disk),
