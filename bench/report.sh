@@ -161,8 +161,9 @@ if [ -n "$alt" ] && [ "$(get p2palt-max store)" = disk ]; then
   section "2b. One-to-one on the default store"
   echo "The same search against a second qimd on the default store (\`--store\` unset: its WAL on"
   echo "the disk, synced before each acknowledgement), same binary and clients, passed"
-  echo "**$(num "$alt") msgs/s**, against $(num "$p2p_search") in store-memory mode. A search's result, not"
-  echo "confirmed on the grown store as section 2's figure is (bench/README.md, section 2b)."
+  echo "**$(num "$alt") msgs/s**, against $(num "$p2p_search") in store-memory mode. A search's result"
+  echo "(from twice section 2's first rate, two bisections: within ~12 %), not confirmed on the"
+  echo "grown store as section 2's figure is (bench/README.md, section 2b)."
   echo
   search_steps p2palt
 fi
