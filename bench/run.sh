@@ -331,7 +331,8 @@ confirm() {
 
 # ---- 2. one-to-one ---------------------------------------------------------------------------
 # p2p_search ID [START]: the one-to-one rate search, the same for the measured qimd and 2b's.
-# One-to-one topics (`sub usr<peer>`, both sides), qim-bench's default, named explicitly. Its steps run as long as the curve's points (bench/README.md, section 2).
+# One-to-one topics (`sub usr<peer>`, both sides), qim-bench's default, named explicitly.
+# Its steps run as long as the curve's points (bench/README.md, section 2).
 p2p_search() { STEP_SECS=$P2P_SECS search "$1" $P99_LIMIT_MS "${2:-$P2P_START}" p2p --via usr --users $P2P_USERS; }
 if want p2p; then
   max=$(p2p_search p2p)

@@ -180,8 +180,10 @@ static int plog_finish(sq_memory *m);
 static void mark_written(void *ctx, sqlite3_int64 off, int n);
 
 int sq_memory_refuse_plain(const char *path) {
+  /* A directory: SQLite's own rollback journal by that name would be a file. */
   char *jdir = path_join(path, "-journal");
-  bool memory_store = access(jdir, F_OK) == 0;
+  struct stat sb;
+  bool memory_store = stat(jdir, &sb) == 0 && S_ISDIR(sb.st_mode);
   if (memory_store)
     QIM_LOGE(NULL, "store.sqlite.memory_store_opened_plain",
              "path=%s journal=%s: a store-memory store; open it with ?memory=DIR", path, jdir);

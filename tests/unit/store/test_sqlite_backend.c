@@ -918,7 +918,7 @@ static void test_memory_mode_replay_skips_a_kept_segments_old_records(void **sta
 
 /* A store-memory store opened without memory= is refused (-EEXIST): its file lacks what the
  * journal holds since the last snapshot, so a plain open would lose acknowledged commits.
- * Opened again with memory=, every commit is there. */
+ * Opened again with memory=, every commit is there. Only a journal directory marks one. */
 static void test_memory_store_opened_without_memory_is_refused(void **state) {
   (void)state;
   char *dir = qim_test_tmpdir("store-memory-plain");
@@ -938,6 +938,20 @@ static void test_memory_store_opened_without_memory_is_refused(void **state) {
   s = fx_open(dir, suffix, &o);
   assert_committed_at(s, &p, 1);
   qim_commit_intent_free(&p);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+
+  /* A default store beside a file of that name (SQLite's own rollback journal, here empty,
+   * so not hot) opens. */
+  dir = qim_test_tmpdir("store-plain-journal-file");
+  s = fx_open(dir, NULL, &o);
+  qim_store_close(s);
+  char journal[4300];
+  snprintf(journal, sizeof journal, "%s/store.db-journal", dir);
+  FILE *f = fopen(journal, "w");
+  assert_non_null(f);
+  fclose(f);
+  s = fx_open(dir, NULL, &o);
   qim_store_close(s);
   qim_test_rmtree(dir);
 }
