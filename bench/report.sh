@@ -138,8 +138,8 @@ echo
 search_steps p2p
 search_steps p2p-confirm "Confirmation steps (on the store the search grew)"
 command_line p2p-100
-alt=$(get p2palt-max max_rate)
-if [ -n "$alt" ] && [ "$(get p2palt-max store)" = tmpfs ]; then
+alt=$(get p2palt-max max_rate) alt_store=$(get p2palt-max store)
+if [ -n "$alt" ] && [ "$alt_store" = tmpfs ]; then
   echo "What bounds it: the same search against a second qimd whose store is on tmpfs (\`/dev/shm\`),"
   echo "so that its fsyncs cost nothing — not durable, so not a qim figure — passed"
   echo "**$(num "$alt") msgs/s**, against $(num "$p2p_search") with the store on the disk."
@@ -157,7 +157,7 @@ fi
 echo "Baseline: $(num "$echo_fps") frames/s from \`$(cmd echo)\` against bench/ws_echo.c (round trip p99 $(get echo rtt_p99_ms) ms)."
 echo
 
-if [ -n "$alt" ] && [ "$(get p2palt-max store)" = disk ]; then
+if [ -n "$alt" ] && [ "$alt_store" = disk ]; then
   section "2b. One-to-one on the default store"
   echo "The same search against a second qimd on the default store (\`--store\` unset: its WAL on"
   echo "the disk, synced before each acknowledgement), same binary and clients, passed"

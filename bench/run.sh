@@ -194,8 +194,7 @@ if want p2palt && [ $STORE = memory ]; then
 elif want p2palt && [ -d /dev/shm ]; then
   ALT_KIND=tmpfs MEMDIR=$(mktemp -d /dev/shm/qim-bench-mem.XXXXXX) ALT_DIR=$MEMDIR/qimd
 fi
-printf 'store\t(setting)\tscenario=store mode=%s url=%s alt=%s\n' "$STORE" "${STORE_URL:-default}" \
-  "${ALT_KIND:-none}" >> "$RESULTS"
+printf 'store\t(setting)\tscenario=store mode=%s url=%s\n' "$STORE" "${STORE_URL:-default}" >> "$RESULTS"
 if [ $NEED_QIMD = 1 ]; then
   # The accounts are made once, on the default store: argon2id makes that ~45 s. A
   # store-memory qimd opens that store as its base, and 2b's qimd gets a copy of it, taken
@@ -373,8 +372,7 @@ if [ -n "$ALT_DIR" ]; then
   printf 'p2palt-max\t(search)\tscenario=p2palt-max store=%s max_rate=%s p99_limit_ms=%s status=ok\n' \
     "$ALT_KIND" "$max" $P99_LIMIT_MS >> "$RESULTS"
   stop_qimd
-  rm -rf "$ALT_DIR"
-  if [ -n "$MEMDIR" ]; then rm -rf "$MEMDIR"; MEMDIR=; fi
+  rm -rf "${MEMDIR:-$ALT_DIR}"; MEMDIR= # on tmpfs, ALT_DIR is inside MEMDIR
   QPORT=${main_qimd[0]} QPID=${main_qimd[1]} S=${main_qimd[2]}
 fi
 
@@ -398,10 +396,12 @@ if want idle; then
   # (RSS 44 MB at ready after 100,000 messages against 8.6 MB); once open it writes a new
   # base, so a second start has next to nothing to replay.
   if want p2p || want group; then
-    for _ in $([ -n "$STORE_URL" ] && echo 1 2 || echo 1); do
+    restart_qimd() {
       stop_qimd
       launch_qimd "$WORK/qimd" "$WORK/qimd-idle.log" "$WORK/accounts.txt" "$STORE_URL"
-    done
+    }
+    restart_qimd
+    if [ -n "$STORE_URL" ]; then restart_qimd; fi
   fi
   # shellcheck disable=SC2086
   record idle "$QB" idle --users $IDLE_CONNS --duration $IDLE_HOLD --concurrency 200 $S
