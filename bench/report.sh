@@ -171,7 +171,7 @@ fi
 section "3. Group fanout"
 for id in $g_ids; do
   g=$(get "$id" group_size)
-  echo "Groups of $(num "$g"): highest pub rate with every delivery made and p99 ≤ $(get "$id" p99_limit_ms) ms: $(num "$(get "$id" max_rate)") msgs/s = **$(num "$(get "$id" max_deliveries_per_s)") deliveries/s**."
+  echo "Groups of $(num "$g"): highest pub rate with every delivery made and p99 ≤ $(get "$id" p99_limit_ms) ms: $(num "$(get "$id" max_rate)") msgs/s = **$(num "$(get "$id" max_deliveries_per_s)") deliveries/s** (a search from the target's rate, two bisections: within ~12 %)."
   echo
   echo "| rate | deliveries/s | p50 ms | p99 ms | lost | send lag p99 ms | server CPU % | busiest server thread, % of a core | server disk writes MB/s | verdict |"
   echo "|---|---|---|---|---|---|---|---|---|---|"

@@ -49,12 +49,12 @@ want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 # ---- sizes: full run (< 15 minutes on 2 cores) and --quick ------------------------------------
 if [ $QUICK = 1 ]; then
   SECS=1; P2P_SECS=1; WARM=0.5; CURVE_SECS=1; SEARCH_STEPS=1; CONFIRM_STEPS=1; ACCOUNTS=40; P2P_USERS=20; P2P_START=100
-  G_SMALL=10; G_LARGE=20; G_SENDERS=2; IDLE_CONNS=200; IDLE_HOLD=2; SOCK_CONNS=1000
+  G_SMALL=10; G_LARGE=20; G_SENDERS=2; G_SEARCH_STEPS=1; IDLE_CONNS=200; IDLE_HOLD=2; SOCK_CONNS=1000
   COMMIT_ARGS="--messages 200"; DISK_SECS=1; WAL_SECS=1; HISTORY_ARGS="--messages 20000 --iterations 200"
   HISTORY_MESSAGES=20000
 else
   SECS=5; P2P_SECS=10; WARM=1; CURVE_SECS=10; SEARCH_STEPS=4; CONFIRM_STEPS=2; ACCOUNTS=1000; P2P_USERS=1000; P2P_START=500
-  G_SMALL=100; G_LARGE=1000; G_SENDERS=10; IDLE_CONNS=15000; IDLE_HOLD=10; SOCK_CONNS=5000
+  G_SMALL=100; G_LARGE=1000; G_SENDERS=10; G_SEARCH_STEPS=2; IDLE_CONNS=15000; IDLE_HOLD=10; SOCK_CONNS=5000
   COMMIT_ARGS=""; DISK_SECS=3; WAL_SECS=10; HISTORY_ARGS=""
   HISTORY_MESSAGES=1000000
 fi
@@ -208,8 +208,10 @@ if [ $NEED_QIMD = 1 ]; then
 fi
 
 # verdict LINE LIMIT_MS: "ok" when the run kept up, else the first reason it did not:
-# status (the run failed), errors, lost, skipped, rate (sent < 97% of the target), lag (the
-# client fell behind its schedule), p99 (latency above the limit).
+# status (the run failed), errors, lost, skipped, rate (sent < 97% of the target), p99 (even
+# less the client's slowest lag, latency above the limit: a client held up that long reads
+# that much late at most, so the server missed whatever the client did), lag (the client
+# fell behind its schedule), p99 (latency above the limit).
 verdict() {
   local l=$1 lim=$2
   [ "$(field status "$l")" = ok ] || { echo status; return; }
@@ -217,8 +219,9 @@ verdict() {
   [ "$(field lost "$l")" = 0 ] || { echo lost; return; }
   [ "$(field skipped "$l")" = 0 ] || { echo skipped; return; }
   awk -v p="$(field lat_p99_ms "$l")" -v g="$(field lag_p99_ms "$l")" -v s="$(field send_rate "$l")" \
-    -v t="$(field rate_target "$l")" -v lim="$lim" -v lag="$LAG_LIMIT_MS" \
-    'BEGIN { print ((s < 0.97 * t) ? "rate" : (g > lag) ? "lag" : (p > lim) ? "p99" : "ok") }'
+    -v gmax="$(field lag_max_ms "$l")" -v t="$(field rate_target "$l")" -v lim="$lim" \
+    -v lag="$LAG_LIMIT_MS" \
+    'BEGIN { print ((s < 0.97 * t) ? "rate" : (p - gmax > lim) ? "p99" : (g > lag) ? "lag" : (p > lim) ? "p99" : "ok") }'
 }
 
 # step ID LIMIT RATE ARGS...: one search run; marks its result line with its verdict and
@@ -378,10 +381,13 @@ fi
 
 # ---- 3. group fanout -------------------------------------------------------------------------
 if want group; then
+  # From the target's rate (50,000 deliveries/s), two bisections (within ~12 %): a step of
+  # groups of 1,000 takes ~30 s, most of it the members' presence as they attach (~10^6
+  # {pres} frames, which each step's setup waits out), and the target is what is asked.
   for g in $G_SMALL $G_LARGE; do
-    start=$((25000 / (g - 1))); [ $start -lt 2 ] && start=2
+    start=$((50000 / (g - 1))); [ $start -lt 2 ] && start=2
     [ $QUICK = 1 ] && [ $start -gt 50 ] && start=50
-    max=$(search "group$g" $GROUP_P99_LIMIT_MS $start group --groups 1 --group-size $g --senders $G_SENDERS)
+    max=$(SEARCH_STEPS=$G_SEARCH_STEPS search "group$g" $GROUP_P99_LIMIT_MS $start group --groups 1 --group-size $g --senders $G_SENDERS)
     printf 'group%s-max\t(search)\tscenario=group-max group_size=%s max_rate=%s max_deliveries_per_s=%s p99_limit_ms=%s status=ok\n' \
       "$g" "$g" "$max" $((max * (g - 1))) $GROUP_P99_LIMIT_MS >> "$RESULTS"
   done
