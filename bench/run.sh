@@ -385,7 +385,7 @@ if want group; then
   # groups of 1,000 takes ~30 s, most of it the members' presence as they attach (~10^6
   # {pres} frames, which each step's setup waits out), and the target is what is asked.
   for g in $G_SMALL $G_LARGE; do
-    start=$((50000 / (g - 1))); [ $start -lt 2 ] && start=2
+    start=$(((50000 + g - 2) / (g - 1))); [ $start -lt 2 ] && start=2 # rounded up: ≥ 50,000
     [ $QUICK = 1 ] && [ $start -gt 50 ] && start=50
     max=$(SEARCH_STEPS=$G_SEARCH_STEPS search "group$g" $GROUP_P99_LIMIT_MS $start group --groups 1 --group-size $g --senders $G_SENDERS)
     printf 'group%s-max\t(search)\tscenario=group-max group_size=%s max_rate=%s max_deliveries_per_s=%s p99_limit_ms=%s status=ok\n' \

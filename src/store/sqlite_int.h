@@ -513,8 +513,9 @@ void sq_replay_free(sq_replay *y);
 /* ---- sqlite_memory.c: store-memory mode ------------------------------------------------- */
 
 /* Opening without memory=: -EEXIST (logged) when `path` is a store-memory store (its
- * journal directory exists): its file lacks what the journal holds, so opening it as a
- * plain database would lose acknowledged writes. 0 otherwise. */
+ * journal directory holds a commit): its file lacks what the journal holds, so opening it
+ * as a plain database would lose acknowledged writes. 0 otherwise, a journal directory
+ * that holds none removed first. */
 int sq_memory_refuse_plain(const char *path);
 /* Opening: the snapshot at st->path copied into `memdir`, st->path now the copy there. */
 int sq_memory_prepare(sq_store *st, const char *memdir);

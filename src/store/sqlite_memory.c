@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@
 #include "store/sqlite_int.h"
 
 #define RECORD_MAGIC 0x514a3031u /* "QJ01" */
+#define SET_MAGIC 0x51505333u    /* "QPS3": a page set's header (below) */
 #define RECORD_HEAD 24           /* magic u32, length u32, position u64, check u64 */
 #define SNAPSHOT_MIN_BYTES (256u << 20)
 #define STEP_BYTES (1u << 20) /* snapshots are written out this much at a time, */
@@ -179,11 +181,54 @@ static int page_size_of(const char *path, uint32_t *out) {
 static int plog_finish(sq_memory *m);
 static void mark_written(void *ctx, sqlite3_int64 off, int n);
 
+/* Whether `path` starts with the 4-byte magic: a segment's first record, a page set. */
+static bool starts_with(const char *path, uint32_t magic) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  uint8_t b[4];
+  bool yes = fd >= 0 && pread(fd, b, 4, 0) == 4 && get_le(b, 4) == magic;
+  if (fd >= 0) close(fd);
+  return yes;
+}
+
+/* Whether the files beside a base may hold commits it lacks: a segment that holds a record
+ * (written from its start, so it has one there) or a page set not yet in the base. Not
+ * knowing (an unreadable directory, a path too long) counts as yes. */
+static bool journal_holds_commits(const char *jdir, const char *plog) {
+  DIR *d = opendir(jdir);
+  if (!d) return true;
+  bool holds = starts_with(plog, SET_MAGIC);
+  for (struct dirent *e; !holds && (e = readdir(d));) {
+    char p[PATH_MAX];
+    if (e->d_name[0] == '.') continue;
+    holds = (size_t)snprintf(p, sizeof p, "%s/%s", jdir, e->d_name) >= sizeof p ||
+            starts_with(p, RECORD_MAGIC);
+  }
+  closedir(d);
+  return holds;
+}
+
+/* Removes a journal directory and its segments; 0 when it is gone. */
+static int journal_remove(const char *jdir) {
+  DIR *d = opendir(jdir);
+  if (!d) return -errno;
+  for (struct dirent *e; (e = readdir(d));) {
+    char p[PATH_MAX];
+    if (e->d_name[0] != '.' && (size_t)snprintf(p, sizeof p, "%s/%s", jdir, e->d_name) < sizeof p)
+      unlink(p);
+  }
+  closedir(d);
+  return rmdir(jdir) ? -errno : 0;
+}
+
 int sq_memory_refuse_plain(const char *path) {
-  /* A directory: SQLite's own rollback journal by that name would be a file. */
-  char *jdir = path_join(path, "-journal");
+  /* A directory: SQLite's own rollback journal by that name would be a file. One that holds
+   * no commit (a first store-memory opening that failed before its first one) is removed,
+   * for it stands where SQLite looks for that journal, and the default store it was opens. */
+  char *jdir = path_join(path, "-journal"), *plog = path_join(path, "-pages");
   struct stat sb;
-  bool memory_store = stat(jdir, &sb) == 0 && S_ISDIR(sb.st_mode);
+  bool memory_store = stat(jdir, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+                      (journal_holds_commits(jdir, plog) || journal_remove(jdir) != 0);
+  qim_free(plog);
   if (memory_store)
     QIM_LOGE(NULL, "store.sqlite.memory_store_opened_plain",
              "path=%s journal=%s: a store-memory store; open it with ?memory=DIR", path, jdir);
@@ -402,7 +447,6 @@ static int file_position(const char *path, uint64_t *out) {
  * counts as never written. An empty page log is one whose header is zeros. A set is
  * gathered and written a slice at a time, so a snapshot holds SLICE_BYTES of pages.
  */
-#define SET_MAGIC 0x51505333u /* "QPS3" */
 #define HEADER 32 /* of its page */
 #define SLICE_BYTES (1u << 20)
 

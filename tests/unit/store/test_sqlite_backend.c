@@ -601,17 +601,24 @@ static void assert_committed_at(qim_store *s, qim_commit_intent *p, uint64_t seq
   assert_int_equal(r.out.committed.coordinates.conversation_seq, seq);
 }
 
+/* A default store in `dir` left closed with one group and one commit of `body` (seq 1). */
+static void closed_store_with_one_commit(const char *dir, const qim_store_options *o,
+                                         const char *body, qim_commit_intent *p) {
+  qim_store *s = fx_open(dir, NULL, o);
+  fx_create_group(s, 1, 1);
+  *p = fx_proposal(1, 1, 1, body);
+  assert_int_equal(fx_commit(s, p), 1);
+  qim_store_close(s);
+}
+
 static void test_reopen_keeps_committed_data(void **state) {
   (void)state;
   char *dir = qim_test_tmpdir("store-reopen");
   qim_store_options o = fx_options();
-  qim_store *s = fx_open(dir, NULL, &o);
-  fx_create_group(s, 1, 1);
-  qim_commit_intent p = fx_proposal(1, 1, 1, "kept");
-  assert_int_equal(fx_commit(s, &p), 1);
-  qim_store_close(s);
+  qim_commit_intent p;
+  closed_store_with_one_commit(dir, &o, "kept", &p);
 
-  s = fx_open(dir, NULL, &o);
+  qim_store *s = fx_open(dir, NULL, &o);
   assert_committed_at(s, &p, 1);
   assert_int_equal(outbox_count(s), 1);
   qim_commit_intent_free(&p);
@@ -956,6 +963,35 @@ static void test_memory_store_opened_without_memory_is_refused(void **state) {
   qim_test_rmtree(dir);
 }
 
+/* A first store-memory opening that fails before journaling anything (its memory directory
+ * is a file) leaves the default store it was opening as it was: opened plain again, it is
+ * not refused, and its commit is there. */
+static void test_failed_first_memory_open_leaves_the_default_store_openable(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-memory-failed-first");
+  qim_store_options o = fx_options();
+  qim_commit_intent p;
+  closed_store_with_one_commit(dir, &o, "before-the-failed-open", &p);
+
+  char mem[4200], suffix[4300];
+  snprintf(mem, sizeof mem, "%s/not-a-directory", dir);
+  FILE *f = fopen(mem, "w");
+  assert_non_null(f);
+  fclose(f);
+  snprintf(suffix, sizeof suffix, "?memory=%s", mem);
+  char *url = fx_url(dir, suffix);
+  qim_store *s = NULL;
+  assert_int_not_equal(qim_store_open(url, &o, &s), 0);
+  assert_null(s);
+  free(url);
+
+  s = fx_open(dir, NULL, &o);
+  assert_committed_at(s, &p, 1);
+  qim_commit_intent_free(&p);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_group_commit_batches_concurrent_submitters),
@@ -972,6 +1008,7 @@ int main(void) {
       cmocka_unit_test(test_memory_mode_wiped_body_leaves_no_bytes_in_any_file),
       cmocka_unit_test(test_memory_mode_replay_skips_a_kept_segments_old_records),
       cmocka_unit_test(test_memory_store_opened_without_memory_is_refused),
+      cmocka_unit_test(test_failed_first_memory_open_leaves_the_default_store_openable),
       cmocka_unit_test(test_reopen_with_other_shard_config_is_refused),
       cmocka_unit_test(test_unspecified_layout_is_the_stores_own_or_the_default),
       cmocka_unit_test(test_wiped_body_leaves_no_bytes_on_disk),
