@@ -923,6 +923,13 @@ static void test_memory_mode_replay_skips_a_kept_segments_old_records(void **sta
   qim_test_rmtree(dir);
 }
 
+/* An empty file at `path`. */
+static void touch(const char *path) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fclose(f);
+}
+
 /* A store-memory store opened without memory= is refused (-EEXIST): its file lacks what the
  * journal holds since the last snapshot, so a plain open would lose acknowledged commits.
  * Opened again with memory=, every commit is there. Only a journal directory marks one. */
@@ -955,9 +962,7 @@ static void test_memory_store_opened_without_memory_is_refused(void **state) {
   qim_store_close(s);
   char journal[4300];
   snprintf(journal, sizeof journal, "%s/store.db-journal", dir);
-  FILE *f = fopen(journal, "w");
-  assert_non_null(f);
-  fclose(f);
+  touch(journal);
   s = fx_open(dir, NULL, &o);
   qim_store_close(s);
   qim_test_rmtree(dir);
@@ -975,9 +980,7 @@ static void test_failed_first_memory_open_leaves_the_default_store_openable(void
 
   char mem[4200], suffix[4300];
   snprintf(mem, sizeof mem, "%s/not-a-directory", dir);
-  FILE *f = fopen(mem, "w");
-  assert_non_null(f);
-  fclose(f);
+  touch(mem);
   snprintf(suffix, sizeof suffix, "?memory=%s", mem);
   char *url = fx_url(dir, suffix);
   qim_store *s = NULL;
