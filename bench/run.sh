@@ -13,10 +13,10 @@
 #   --only     comma-separated subset of: disk,commit,echo,sock,p2p,p2palt,group,idle,history,
 #              sync
 #   --keep     keep the work directory (qimd data, logs, accounts, raw results)
-#   --store    the measured qimd's store: memory (default: the database in /dev/shm, made
-#              durable by a journal and snapshots in BENCH_DIR; docs/store.md) or disk (the
-#              default store, its WAL in BENCH_DIR). p2palt runs one-to-one's search on the
-#              other: the disk store, or (measuring disk) a store wholly on tmpfs
+#   --store    the measured qimd's store: disk (default: the default store, its WAL in
+#              BENCH_DIR) or memory (store-memory mode: the database in /dev/shm, made durable
+#              by a journal and snapshots in BENCH_DIR; docs/store.md). p2palt runs
+#              one-to-one's search on the other of the two
 # Environment: BENCH_DIR, a directory on the real disk for data (default /tmp; never tmpfs).
 # Every child process is started here and stopped by its pid; every step has a timeout.
 set -euo pipefail
@@ -26,7 +26,7 @@ BUILD=$ROOT/build
 OUT=$ROOT/BENCHMARKS.md
 QUICK=0
 KEEP=0
-STORE=memory
+STORE=disk
 ONLY=disk,commit,echo,sock,p2p,p2palt,group,idle,history,sync
 while [ $# -gt 0 ]; do
   case $1 in
@@ -182,9 +182,9 @@ start_qimd() {
   record accounts "$QB" accounts $S --count $ACCOUNTS --concurrency "$IO_THREADS"
 }
 # The measured qimd's store (--store): STORE_URL is its --store argument (empty: the default).
-# 2b's qimd (p2palt) runs the default store in ALT_DIR: on the disk beside a store-memory
-# qimd, on tmpfs beside a disk one (ALT_KIND).
-STORE_URL='' ALT_DIR='' ALT_KIND=''
+# 2b's qimd (p2palt) runs the other store (ALT_KIND) in ALT_DIR, with ALT_URL its --store
+# argument: the default store beside a store-memory qimd, store-memory mode beside a default one.
+STORE_URL='' ALT_DIR='' ALT_KIND='' ALT_URL=''
 if [ $STORE = memory ]; then
   JOURNAL_MEMDIR=$(mktemp -d /dev/shm/qim-bench-journal.XXXXXX)
   STORE_URL="sqlite:$WORK/qimd/qim.db?memory=$JOURNAL_MEMDIR"
@@ -192,7 +192,8 @@ fi
 if want p2palt && [ $STORE = memory ]; then
   ALT_KIND=disk ALT_DIR=$WORK/qimd-disk
 elif want p2palt && [ -d /dev/shm ]; then
-  ALT_KIND=tmpfs MEMDIR=$(mktemp -d /dev/shm/qim-bench-mem.XXXXXX) ALT_DIR=$MEMDIR/qimd
+  ALT_KIND=memory ALT_DIR=$WORK/qimd-memory MEMDIR=$(mktemp -d /dev/shm/qim-bench-journal.XXXXXX)
+  ALT_URL="sqlite:$ALT_DIR/qim.db?memory=$MEMDIR"
 fi
 printf 'store\t(setting)\tscenario=store mode=%s url=%s\n' "$STORE" "${STORE_URL:-default}" >> "$RESULTS"
 if [ $NEED_QIMD = 1 ]; then
@@ -361,21 +362,20 @@ if want p2p; then
 fi
 
 # ---- 2b. the same search on the other store ---------------------------------------------------
-# A second qimd on the default store, with the same binary, clients and search: beside a
-# store-memory qimd, that store on the disk (what the journal gains over a WAL on the disk);
-# beside a disk one, that store on tmpfs (/dev/shm), whose fsyncs cost nothing: not durable,
-# so not a qim figure, but where it holds rates the disk misses, the disk is what bounds 2
-# (bench/README.md, section 2b).
+# A second qimd with the same binary, clients and search on the other durable store: beside a
+# default one, store-memory mode (what its journal gains or costs against a WAL on this
+# disk); beside a store-memory one, the default store (bench/README.md, section 2b).
 if [ -n "$ALT_DIR" ]; then
   main_qimd=("$QPORT" "$QPID" "$S")
-  launch_qimd "$ALT_DIR" "$WORK/qimd-alt.log" "$WORK/accounts.txt"
+  launch_qimd "$ALT_DIR" "$WORK/qimd-alt.log" "$WORK/accounts.txt" "$ALT_URL"
   # A reference, not a target: it starts one doubling higher and bisects twice (within ~12 %),
   # six or seven steps where section 2's search takes nine (the run's 15-minute budget).
   max=$(SEARCH_STEPS=2 p2p_search p2palt $((P2P_START * 2)))
   printf 'p2palt-max\t(search)\tscenario=p2palt-max store=%s max_rate=%s p99_limit_ms=%s status=ok\n' \
     "$ALT_KIND" "$max" $P99_LIMIT_MS >> "$RESULTS"
   stop_qimd
-  rm -rf "${MEMDIR:-$ALT_DIR}"; MEMDIR= # on tmpfs, ALT_DIR is inside MEMDIR
+  rm -rf "$ALT_DIR"
+  if [ -n "$MEMDIR" ]; then rm -rf "$MEMDIR"; MEMDIR=; fi
   QPORT=${main_qimd[0]} QPID=${main_qimd[1]} S=${main_qimd[2]}
 fi
 
