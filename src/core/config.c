@@ -48,7 +48,9 @@ static const setting settings[] = {
      "address the gateway listens on (IPv6 as [::1]:6060)"},
     {"data", V_PATH, F(data_dir), 0, 0, "./var", "DIR", "data directory, created at start"},
     {"store", V_STORE, 0, 0, 0, NULL, "URL",
-     "message store: sqlite:PATH, sqlite:PATH?memory=DIR (store-memory mode) or redis://HOST:PORT[/DB]"},
+     "message store: sqlite:PATH, sqlite:PATH?memory=DIR (store-memory mode), "
+     "sqlite:PATH?from_memory=1 (such a store made a default one again) or "
+     "redis://HOST:PORT[/DB]"},
     {"node_id", V_U32, F(node_id), 1, 16777215, "1", "N",
      "this node's id, unique among nodes sharing a store; part of every WriterId"},
     {"io_threads", V_U32, F(io_threads), 1, 64, NULL, "N",

@@ -1103,8 +1103,9 @@ static const qim_store_vtable sqlite_vtable = {
 /* "PATH", then "?" and "&"-separated parameters: max_page_count=N (a size cap, used by
  * tests to provoke SQLITE_FULL), memory=DIR (store-memory mode, sqlite_memory.c; *memdir
  * is then a copy the caller frees), snapshot_kb=N (its snapshots' spacing, default 256 MiB
- * of journal; tests use small ones). */
-static int parse_location(const char *loc, sq_store *st, char **memdir) {
+ * of journal; tests use small ones), from_memory=1 (*leave: a store-memory store opened
+ * as a default one, converted first; a no-op on a default store). */
+static int parse_location(const char *loc, sq_store *st, char **memdir, bool *leave) {
   const char *q = strchr(loc, '?');
   st->path = q ? qim_strndup(loc, (size_t)(q - loc)) : qim_strdup(loc);
   if (!*st->path) return -EINVAL;
@@ -1113,9 +1114,13 @@ static int parse_location(const char *loc, sq_store *st, char **memdir) {
     size_t len = next ? (size_t)(next - arg) : strlen(arg);
     q = next;
     static const char pages[] = "max_page_count=", memory[] = "memory=",
-                      snapshot[] = "snapshot_kb=";
+                      snapshot[] = "snapshot_kb=", from_memory[] = "from_memory=1";
     if (len > strlen(memory) && strncmp(arg, memory, strlen(memory)) == 0 && !*memdir) {
       *memdir = qim_strndup(arg + strlen(memory), len - strlen(memory));
+      continue;
+    }
+    if (len == strlen(from_memory) && strncmp(arg, from_memory, len) == 0) {
+      *leave = true;
       continue;
     }
     bool is_pages = len > strlen(pages) && strncmp(arg, pages, strlen(pages)) == 0;
@@ -1205,7 +1210,9 @@ int qim__sqlite_open(const char *location, const qim_store_options *opt, qim_sto
     return rc;
   }
   char *memdir = NULL;
-  rc = parse_location(location, st, &memdir);
+  bool leave = false;
+  rc = parse_location(location, st, &memdir, &leave);
+  if (rc == 0 && leave) rc = memdir ? -EINVAL : sq_memory_leave(st->path);
   if (rc == 0) rc = memdir ? sq_memory_prepare(st, memdir) : sq_memory_refuse_plain(st->path);
   qim_free(memdir);
   if (rc == 0) rc = sq_conn_open(st, &st->wconn, true);

@@ -517,6 +517,10 @@ void sq_replay_free(sq_replay *y);
  * as a plain database would lose acknowledged writes. 0 otherwise, a journal directory
  * that holds none removed first. */
 int sq_memory_refuse_plain(const char *path);
+/* Opening with from_memory=1: a store-memory store at `path` made a default store again
+ * (its pending page set and every journal record above the base's position applied, the
+ * journal and page log removed); 0 at once when `path` has no journal directory. */
+int sq_memory_leave(const char *path);
 /* Opening: the snapshot at st->path copied into `memdir`, st->path now the copy there. */
 int sq_memory_prepare(sq_store *st, const char *memdir);
 /* After the schema's migrations: the journal's records above the snapshot applied. */

@@ -306,8 +306,19 @@ static size_t list_segments(const sq_memory *m, uint64_t **out) {
   return n;
 }
 
-/* Applies one segment's records above `*position`; stops at a torn one (1). */
-static int replay_segment(sq_store *st, sq_replay *y, const char *path, uint64_t *position) {
+/* One statement of a replay's transaction; an error is logged. */
+static int journal_exec(sqlite3 *db, const char *sql) {
+  char *err = NULL;
+  int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
+  if (rc == SQLITE_OK) return 0;
+  QIM_LOGE(NULL, "store.sqlite.journal", "sql=\"%s\" rc=%d msg=\"%s\"", sql, rc, err ? err : "?");
+  sqlite3_free(err);
+  return sq_errno(rc);
+}
+
+/* Applies one segment's records above `*position` to `db`, each in its own transaction;
+ * stops at a torn one (1). */
+static int replay_segment(sqlite3 *db, sq_replay *y, const char *path, uint64_t *position) {
   FILE *f = fopen(path, "rb");
   if (!f) return -errno;
   int rc = 0;
@@ -338,12 +349,11 @@ static int replay_segment(sq_store *st, sq_replay *y, const char *path, uint64_t
       rc = -EPROTO;
       break;
     }
-    sq_conn *c = &st->wconn;
-    rc = sq_exec_logged(c, "BEGIN IMMEDIATE", "store.sqlite.journal");
+    rc = journal_exec(db, "BEGIN IMMEDIATE");
     if (rc == 0) rc = sq_replay_apply(y, payload.p, payload.n);
-    if (rc == 0) rc = sq_exec_logged(c, "COMMIT", "store.sqlite.journal");
+    if (rc == 0) rc = journal_exec(db, "COMMIT");
     if (rc) {
-      sq_exec_logged(c, "ROLLBACK", "store.sqlite.journal");
+      journal_exec(db, "ROLLBACK");
       QIM_LOGE(NULL, "store.sqlite.journal_replay", "position=%" PRIu64 " rc=%d", pos, rc);
     } else {
       *position = pos;
@@ -354,31 +364,99 @@ static int replay_segment(sq_store *st, sq_replay *y, const char *path, uint64_t
   return rc;
 }
 
-int sq_memory_replay(sq_store *st) {
-  sq_memory *m = &st->mem;
-  uint64_t position;
-  int rc = meta_position(st->wconn.db, &position);
+/* Applies the journal's records above the position `db`'s `meta` holds, segment by segment
+ * (the rest of a segment past a torn record was never acknowledged; the next one goes on);
+ * `*position` is where `db` stands afterwards. */
+static int replay_journal(sqlite3 *db, const sq_memory *m, uint64_t *position, size_t *segments,
+                          int *torn) {
+  int rc = meta_position(db, position);
   uint64_t *firsts = NULL;
   size_t n = rc ? 0 : list_segments(m, &firsts);
   sq_replay *y = NULL;
-  if (rc == 0 && n) rc = sq_replay_new(st->wconn.db, &y);
-  int torn = 0;
+  if (rc == 0 && n) rc = sq_replay_new(db, &y);
+  *torn = 0;
   for (size_t i = 0; rc == 0 && i < n; i++) {
     char *path = segment_path(m, firsts[i]);
-    rc = replay_segment(st, y, path, &position);
+    rc = replay_segment(db, y, path, position);
     qim_free(path);
-    if (rc == 1) { /* the rest of that segment was never acknowledged; the next one goes on */
-      torn++;
+    if (rc == 1) {
+      (*torn)++;
       rc = 0;
     }
   }
   sq_replay_free(y);
   qim_free(firsts);
+  *segments = n;
+  return rc;
+}
+
+int sq_memory_replay(sq_store *st) {
+  sq_memory *m = &st->mem;
+  uint64_t position;
+  size_t n;
+  int torn;
+  int rc = replay_journal(st->wconn.db, m, &position, &n, &torn);
   if (rc) return rc;
   m->position = m->position_written = position;
   QIM_LOGI(NULL, "store.sqlite.journal_replayed", "position=%" PRIu64 " segments=%zu torn=%d",
            position, n, torn);
   return 0;
+}
+
+/* ---- leaving store-memory mode -------------------------------------------------------------- */
+
+/* The journal's commits applied to a copy of the base, synced; then the copy renamed over
+ * the base and the journal and page log removed, so PATH is a whole default store. Until
+ * the rename, the base and the journal are as they were (a crash loses nothing and the
+ * next opening, either way, starts again); after it, the base holds every record the
+ * journal does, so a crash before the journal is gone leaves only records a replay skips. */
+static int leave_into(const sq_memory *m, const char *tmp, uint64_t *position, size_t *segments,
+                      int *torn) {
+  sqlite3 *db = NULL;
+  remove_live(tmp); /* what a leaving cut short left: never applied to a new copy */
+  int rc = copy_file(m->base, tmp);
+  if (rc == 0) rc = sq_errno(sqlite3_open_v2(tmp, &db, SQLITE_OPEN_READWRITE, NULL));
+  /* The copy is thrown away unless it is whole, so its commits need no sync of their own
+   * and no journal on the disk: one sync at the end. */
+  if (rc == 0) rc = journal_exec(db, "PRAGMA journal_mode=MEMORY; PRAGMA synchronous=OFF;");
+  if (rc == 0) rc = replay_journal(db, m, position, segments, torn);
+  if (db) sqlite3_close(db);
+  int fd = rc == 0 ? open(tmp, O_RDONLY | O_CLOEXEC) : -1;
+  if (rc == 0 && (fd < 0 || fdatasync(fd))) rc = -errno;
+  if (fd >= 0) close(fd);
+  return rc;
+}
+
+int sq_memory_leave(const char *path) {
+  sq_memory m = {.base = (char *)path};
+  m.jdir = path_join(path, "-journal");
+  struct stat sb;
+  if (stat(m.jdir, &sb) != 0 || !S_ISDIR(sb.st_mode)) { /* a default store already */
+    qim_free(m.jdir);
+    return 0;
+  }
+  m.plog = path_join(path, "-pages");
+  char *tmp = path_join(path, ".leaving");
+  uint64_t position = 0;
+  size_t segments = 0;
+  int torn = 0;
+  int rc = fold_base(path);
+  if (rc == 0) rc = page_size_of(path, &m.page_size);
+  if (rc == 0) rc = plog_finish(&m);
+  if (rc == 0) rc = leave_into(&m, tmp, &position, &segments, &torn);
+  if (rc == 0 && rename(tmp, path) != 0) rc = -errno;
+  if (rc == 0) rc = sync_base_dir(&m);
+  if (rc == 0 && unlink(m.plog) != 0 && errno != ENOENT) rc = -errno;
+  if (rc == 0) rc = journal_remove(m.jdir);
+  if (rc == 0) rc = sync_base_dir(&m);
+  if (rc) remove_live(tmp);
+  qim_log(rc ? QIM_LOG_ERROR : QIM_LOG_INFO, NULL, "store.sqlite.memory_left",
+          "path=%s position=%" PRIu64 " segments=%zu torn=%d rc=%d", path, position, segments,
+          torn, rc);
+  qim_free(tmp);
+  qim_free(m.plog);
+  qim_free(m.jdir);
+  return rc;
 }
 
 /* ---- page sets: the pages the copies changed, through the page log into the base ---------------- */

@@ -5,12 +5,15 @@
  * is backpressure, a lingering transaction takes the writes that arrive meanwhile but
  * stops lingering for a lone client, a write's `committed` hint runs once it committed and
  * before its completion (never for a failed one), completions arrive on the caller's event
- * loop, data survives a reopen, and the shard configuration is fixed at creation.
+ * loop, data survives a reopen, the shard configuration is fixed at creation, and a
+ * store-memory store keeps its mode until it is converted back (from_memory=1).
  */
 #include <dirent.h>
 #include <ftw.h>
+#include <sqlite3.h>
 #include <stdatomic.h>
 #include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "store_fixture.h"
@@ -794,6 +797,33 @@ static qim_store *memory_store(const char *dir, char *mem, char *suffix, qim_sto
   return s;
 }
 
+/* A closed store-memory store (memory_store) holding `n` commits of `body` in group 1, at
+ * seqs 1..n; returns their proposals (qim_commit_intent_free each, then free). */
+static qim_commit_intent *closed_memory_store_with_commits(const char *dir, char *mem, char *suffix,
+                                                           qim_store_options *o, int n,
+                                                           const char *body) {
+  qim_store *s = memory_store(dir, mem, suffix, o);
+  qim_commit_intent *p = calloc((size_t)n, sizeof *p);
+  for (int i = 0; i < n; i++) {
+    p[i] = fx_proposal(1, 1, (uint64_t)i + 1, body);
+    assert_int_equal(fx_commit(s, &p[i]), (uint64_t)i + 1);
+  }
+  qim_store_close(s);
+  return p;
+}
+
+/* What a power loss takes: every file of the memory directory. */
+static void empty_memory_dir(const char *mem) {
+  DIR *d = opendir(mem);
+  assert_non_null(d);
+  for (struct dirent *e; (e = readdir(d));) {
+    char live[4600];
+    snprintf(live, sizeof live, "%s/%s", mem, e->d_name);
+    if (e->d_name[0] != '.') unlink(live);
+  }
+  closedir(d);
+}
+
 /* Store-memory mode: a wiped and redacted body is gone from every file on the disk (the base,
  * the page log, the journal's segments) and in the memory directory within the bound: an
  * erase starts a snapshot at once, which copies the WAL up to its cut, writes the
@@ -884,14 +914,9 @@ static void test_memory_mode_replay_skips_a_kept_segments_old_records(void **sta
   char *dir = qim_test_tmpdir("store-memory-kept");
   char mem[4200], suffix[4300], jdir[4300];
   qim_store_options o = fx_options();
-  qim_store *s = memory_store(dir, mem, suffix, &o);
   enum { N = 60 };
-  qim_commit_intent *p = calloc(N, sizeof *p);
-  for (int i = 0; i < N; i++) {
-    p[i] = fx_proposal(1, 1, (uint64_t)i + 1, "a-body-of-the-journal");
-    assert_int_equal(fx_commit(s, &p[i]), (uint64_t)i + 1);
-  }
-  qim_store_close(s);
+  qim_commit_intent *p =
+      closed_memory_store_with_commits(dir, mem, suffix, &o, N, "a-body-of-the-journal");
   /* Every segment left gets an old record past its new ones. */
   snprintf(jdir, sizeof jdir, "%s/store.db-journal", dir);
   DIR *d = opendir(jdir);
@@ -904,15 +929,8 @@ static void test_memory_mode_replay_skips_a_kept_segments_old_records(void **sta
   }
   closedir(d);
   assert_true(tails > 0);
-  d = opendir(mem);
-  assert_non_null(d);
-  for (struct dirent *e; (e = readdir(d));) { /* what a power loss takes */
-    char live[4600];
-    snprintf(live, sizeof live, "%s/%s", mem, e->d_name);
-    if (e->d_name[0] != '.') unlink(live);
-  }
-  closedir(d);
-  s = fx_open(dir, suffix, &o);
+  empty_memory_dir(mem);
+  qim_store *s = fx_open(dir, suffix, &o);
   for (int i = 0; i < N; i++) {
     assert_committed_at(s, &p[i], (uint64_t)i + 1);
     qim_commit_intent_free(&p[i]);
@@ -995,6 +1013,75 @@ static void test_failed_first_memory_open_leaves_the_default_store_openable(void
   qim_test_rmtree(dir);
 }
 
+/* The journal position a closed store's file stands at (its `meta` row; 0 without one).
+ * Immutable: SQLite would take the journal directory beside it for its own journal. */
+static uint64_t file_position(const char *dir) {
+  char path[4300];
+  snprintf(path, sizeof path, "file:%s/store.db?immutable=1", dir);
+  sqlite3 *db;
+  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL),
+                   SQLITE_OK);
+  sqlite3_stmt *st;
+  assert_int_equal(sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'journal_position'",
+                                      -1, &st, NULL),
+                   SQLITE_OK);
+  uint64_t pos = sqlite3_step(st) == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return pos;
+}
+
+static bool exists(const char *dir, const char *name) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
+/* A store-memory store opened with from_memory=1 becomes a default store: every commit,
+ * those only its journal held included (the memory directory emptied first, as a power
+ * loss would), is in its file; the journal and page log are gone, so it then opens plain.
+ * from_memory=1 on a default store changes nothing; beside memory= it is refused. */
+static void test_memory_store_opened_from_memory_becomes_a_default_store(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-memory-leave");
+  char mem[4200], suffix[4300];
+  qim_store_options o = fx_options();
+  enum { N = 60 };
+  qim_commit_intent *p =
+      closed_memory_store_with_commits(dir, mem, suffix, &o, N, "a-body-only-the-journal-may-hold");
+  empty_memory_dir(mem);
+  uint64_t before = file_position(dir);
+  char *url = fx_url(dir, NULL);
+  qim_store *s = NULL;
+  assert_int_equal(qim_store_open(url, &o, &s), -EEXIST); /* the journal holds commits */
+  free(url);
+
+  s = fx_open(dir, "?from_memory=1", &o);
+  for (int i = 0; i < N; i++) assert_committed_at(s, &p[i], (uint64_t)i + 1);
+  assert_int_equal(outbox_count(s), N);
+  qim_store_close(s);
+  assert_true(file_position(dir) > before); /* the journal's records, not the base alone */
+  assert_false(exists(dir, "store.db-journal"));
+  assert_false(exists(dir, "store.db-pages"));
+  assert_false(exists(dir, "store.db.leaving"));
+
+  for (int round = 0; round < 2; round++) { /* plain, then from_memory=1 again: a no-op */
+    s = fx_open(dir, round ? "?from_memory=1" : NULL, &o);
+    for (int i = 0; i < N; i++) assert_committed_at(s, &p[i], (uint64_t)i + 1);
+    assert_int_equal(outbox_count(s), N);
+    qim_store_close(s);
+  }
+  for (int i = 0; i < N; i++) qim_commit_intent_free(&p[i]);
+  free(p);
+  snprintf(suffix, sizeof suffix, "?memory=%s&from_memory=1", mem);
+  url = fx_url(dir, suffix);
+  s = NULL;
+  assert_int_equal(qim_store_open(url, &o, &s), -EINVAL);
+  assert_null(s);
+  free(url);
+  qim_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_group_commit_batches_concurrent_submitters),
@@ -1012,6 +1099,7 @@ int main(void) {
       cmocka_unit_test(test_memory_mode_replay_skips_a_kept_segments_old_records),
       cmocka_unit_test(test_memory_store_opened_without_memory_is_refused),
       cmocka_unit_test(test_failed_first_memory_open_leaves_the_default_store_openable),
+      cmocka_unit_test(test_memory_store_opened_from_memory_becomes_a_default_store),
       cmocka_unit_test(test_reopen_with_other_shard_config_is_refused),
       cmocka_unit_test(test_unspecified_layout_is_the_stores_own_or_the_default),
       cmocka_unit_test(test_wiped_body_leaves_no_bytes_on_disk),
