@@ -58,6 +58,7 @@
 #define PACE_MB_S 64          /* at most this fast */
 #define ERASE_RETRY_MS 250    /* a snapshot after an erase that readers held short, again */
 #define SNAPSHOT_NICE 15
+#define LEAVING ".leaving" /* sq_memory_leave's copy of the base, beside it */
 
 /* ---- paths and files ------------------------------------------------------------------------ */
 
@@ -252,6 +253,9 @@ int sq_memory_prepare(sq_store *st, const char *memdir) {
   if (mkdir(memdir, 0700) != 0 && errno != EEXIST) return -errno;
   if (mkdir(m->jdir, 0700) != 0 && errno != EEXIST) return -errno;
   remove_live(m->live);
+  char *leaving = path_join(m->base, LEAVING);
+  remove_live(leaving); /* a conversion back (sq_memory_leave) cut short before its rename */
+  qim_free(leaving);
   int rc = 0;
   if (access(m->base, F_OK) == 0) {
     rc = fold_base(m->base);
@@ -436,7 +440,7 @@ int sq_memory_leave(const char *path) {
     return 0;
   }
   m.plog = path_join(path, "-pages");
-  char *tmp = path_join(path, ".leaving");
+  char *tmp = path_join(path, LEAVING);
   uint64_t position = 0;
   size_t segments = 0;
   int torn = 0;

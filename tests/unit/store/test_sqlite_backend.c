@@ -1037,6 +1037,13 @@ static bool exists(const char *dir, const char *name) {
   return access(path, F_OK) == 0;
 }
 
+/* An empty file `name` in `dir`. */
+static void touch_in(const char *dir, const char *name) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  touch(path);
+}
+
 /* A store-memory store opened with from_memory=1 becomes a default store: every commit,
  * those only its journal held included (the memory directory emptied first, as a power
  * loss would), is in its file; the journal and page log are gone, so it then opens plain.
@@ -1082,6 +1089,27 @@ static void test_memory_store_opened_from_memory_becomes_a_default_store(void **
   qim_test_rmtree(dir);
 }
 
+/* A conversion back cut short before its rename leaves its copy (PATH.leaving, here with a
+ * rollback journal of its own) beside the store: the next store-memory opening removes it
+ * and the store's commit is there. */
+static void test_memory_opening_removes_a_cut_short_conversions_copy(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-memory-leaving-left");
+  char mem[4200], suffix[4300];
+  qim_store_options o = fx_options();
+  qim_commit_intent *p = closed_memory_store_with_commits(dir, mem, suffix, &o, 1, "kept-body");
+  touch_in(dir, "store.db.leaving");
+  touch_in(dir, "store.db.leaving-journal");
+  qim_store *s = fx_open(dir, suffix, &o);
+  assert_false(exists(dir, "store.db.leaving"));
+  assert_false(exists(dir, "store.db.leaving-journal"));
+  assert_committed_at(s, &p[0], 1);
+  qim_store_close(s);
+  qim_commit_intent_free(&p[0]);
+  free(p);
+  qim_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_group_commit_batches_concurrent_submitters),
@@ -1100,6 +1128,7 @@ int main(void) {
       cmocka_unit_test(test_memory_store_opened_without_memory_is_refused),
       cmocka_unit_test(test_failed_first_memory_open_leaves_the_default_store_openable),
       cmocka_unit_test(test_memory_store_opened_from_memory_becomes_a_default_store),
+      cmocka_unit_test(test_memory_opening_removes_a_cut_short_conversions_copy),
       cmocka_unit_test(test_reopen_with_other_shard_config_is_refused),
       cmocka_unit_test(test_unspecified_layout_is_the_stores_own_or_the_default),
       cmocka_unit_test(test_wiped_body_leaves_no_bytes_on_disk),
