@@ -83,6 +83,20 @@ static int sync_dir(const char *dir) {
   return rc;
 }
 
+/* A file's data made durable. */
+static int sync_path(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  int rc = fdatasync(fd) ? -errno : 0;
+  close(fd);
+  return rc;
+}
+
+static bool is_dir(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 /* The directory of the base (and of the page log and the journal), made durable. */
 static int sync_base_dir(const sq_memory *m) {
   const char *slash = strrchr(m->base, '/');
@@ -145,10 +159,11 @@ static char *live_path(const char *memdir, const char *base) {
   return path_join(memdir, tail);
 }
 
-static void remove_live(const char *live) {
+/* A database file and the files SQLite keeps beside it: the live copy, or a conversion's. */
+static void remove_database(const char *path) {
   static const char *const suffix[] = {"", "-wal", "-shm", "-journal"};
   for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
-    char *p = path_join(live, suffix[i]);
+    char *p = path_join(path, suffix[i]);
     unlink(p);
     qim_free(p);
   }
@@ -180,6 +195,16 @@ static int page_size_of(const char *path, uint32_t *out) {
 }
 
 static int plog_finish(sq_memory *m);
+
+/* The base at m->base made a whole database at its position, as both openings (into memory,
+ * and back to the default store) need it: a WAL left beside it folded in, its page size
+ * read, a page set left in PATH-pages written into it. */
+static int base_settle(sq_memory *m) {
+  int rc = fold_base(m->base);
+  if (rc == 0) rc = page_size_of(m->base, &m->page_size);
+  if (rc == 0) rc = plog_finish(m);
+  return rc;
+}
 static void mark_written(void *ctx, sqlite3_int64 off, int n);
 
 /* Whether `path` starts with the 4-byte magic: a segment's first record, a page set. */
@@ -226,9 +251,8 @@ int sq_memory_refuse_plain(const char *path) {
    * no commit (a first store-memory opening that failed before its first one) is removed,
    * for it stands where SQLite looks for that journal, and the default store it was opens. */
   char *jdir = path_join(path, "-journal"), *plog = path_join(path, "-pages");
-  struct stat sb;
-  bool memory_store = stat(jdir, &sb) == 0 && S_ISDIR(sb.st_mode) &&
-                      (journal_holds_commits(jdir, plog) || journal_remove(jdir) != 0);
+  bool memory_store =
+      is_dir(jdir) && (journal_holds_commits(jdir, plog) || journal_remove(jdir) != 0);
   qim_free(plog);
   if (memory_store)
     QIM_LOGE(NULL, "store.sqlite.memory_store_opened_plain",
@@ -252,15 +276,13 @@ int sq_memory_prepare(sq_store *st, const char *memdir) {
   /* DIR is made if missing, as qimd's data directory is (one level). */
   if (mkdir(memdir, 0700) != 0 && errno != EEXIST) return -errno;
   if (mkdir(m->jdir, 0700) != 0 && errno != EEXIST) return -errno;
-  remove_live(m->live);
+  remove_database(m->live);
   char *leaving = path_join(m->base, LEAVING);
-  remove_live(leaving); /* a conversion back (sq_memory_leave) cut short before its rename */
+  remove_database(leaving); /* a conversion back (sq_memory_leave) cut short before its rename */
   qim_free(leaving);
   int rc = 0;
   if (access(m->base, F_OK) == 0) {
-    rc = fold_base(m->base);
-    if (rc == 0) rc = page_size_of(m->base, &m->page_size);
-    if (rc == 0) rc = plog_finish(m);
+    rc = base_settle(m);
     if (rc == 0) rc = copy_file(m->base, m->live);
   }
   if (rc == 0) rc = sq_vfs_track_writes(m->live, mark_written, m);
@@ -417,7 +439,7 @@ int sq_memory_replay(sq_store *st) {
 static int leave_into(const sq_memory *m, const char *tmp, uint64_t *position, size_t *segments,
                       int *torn) {
   sqlite3 *db = NULL;
-  remove_live(tmp); /* what a leaving cut short left: never applied to a new copy */
+  remove_database(tmp); /* what a leaving cut short left: never applied to a new copy */
   int rc = copy_file(m->base, tmp);
   if (rc == 0) rc = sq_errno(sqlite3_open_v2(tmp, &db, SQLITE_OPEN_READWRITE, NULL));
   /* The copy is thrown away unless it is whole, so its commits need no sync of their own
@@ -425,17 +447,13 @@ static int leave_into(const sq_memory *m, const char *tmp, uint64_t *position, s
   if (rc == 0) rc = journal_exec(db, "PRAGMA journal_mode=MEMORY; PRAGMA synchronous=OFF;");
   if (rc == 0) rc = replay_journal(db, m, position, segments, torn);
   if (db) sqlite3_close(db);
-  int fd = rc == 0 ? open(tmp, O_RDONLY | O_CLOEXEC) : -1;
-  if (rc == 0 && (fd < 0 || fdatasync(fd))) rc = -errno;
-  if (fd >= 0) close(fd);
-  return rc;
+  return rc == 0 ? sync_path(tmp) : rc;
 }
 
 int sq_memory_leave(const char *path) {
   sq_memory m = {.base = (char *)path};
   m.jdir = path_join(path, "-journal");
-  struct stat sb;
-  if (stat(m.jdir, &sb) != 0 || !S_ISDIR(sb.st_mode)) { /* a default store already */
+  if (!is_dir(m.jdir)) { /* a default store already */
     qim_free(m.jdir);
     return 0;
   }
@@ -444,16 +462,14 @@ int sq_memory_leave(const char *path) {
   uint64_t position = 0;
   size_t segments = 0;
   int torn = 0;
-  int rc = fold_base(path);
-  if (rc == 0) rc = page_size_of(path, &m.page_size);
-  if (rc == 0) rc = plog_finish(&m);
+  int rc = base_settle(&m);
   if (rc == 0) rc = leave_into(&m, tmp, &position, &segments, &torn);
   if (rc == 0 && rename(tmp, path) != 0) rc = -errno;
   if (rc == 0) rc = sync_base_dir(&m);
   if (rc == 0 && unlink(m.plog) != 0 && errno != ENOENT) rc = -errno;
   if (rc == 0) rc = journal_remove(m.jdir);
   if (rc == 0) rc = sync_base_dir(&m);
-  if (rc) remove_live(tmp);
+  if (rc) remove_database(tmp);
   qim_log(rc ? QIM_LOG_ERROR : QIM_LOG_INFO, NULL, "store.sqlite.memory_left",
           "path=%s position=%" PRIu64 " segments=%zu torn=%d rc=%d", path, position, segments,
           torn, rc);
@@ -1054,9 +1070,7 @@ static int backup_to(sq_store *st, const char *tmp, uint64_t *position) {
   if (rc == SQLITE_DONE) rc = fin;
   sqlite3_close(src);
   sqlite3_close(dst);
-  int fd = rc == SQLITE_OK ? open(tmp, O_RDONLY | O_CLOEXEC) : -1;
-  if (rc == SQLITE_OK && (fd < 0 || fdatasync(fd))) rc = SQLITE_IOERR_FSYNC;
-  if (fd >= 0) close(fd);
+  if (rc == SQLITE_OK && sync_path(tmp) != 0) rc = SQLITE_IOERR_FSYNC;
   return rc == SQLITE_OK ? 0 : sq_errno(rc);
 }
 
@@ -1223,7 +1237,7 @@ void sq_memory_free(sq_store *st) {
   qim_bytes_free(&m->jbuf);
   qim_bytes_free(&m->prev_buf);
   sq_vfs_untrack_writes(m);
-  if (m->live) remove_live(m->live);
+  if (m->live) remove_database(m->live);
   qim_free(m->live);
   qim_free(m->plog);
   qim_free(m->dirty);

@@ -948,6 +948,19 @@ static void touch(const char *path) {
   fclose(f);
 }
 
+/* An empty file `name` in `dir`. */
+static void touch_in(const char *dir, const char *name) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  touch(path);
+}
+
+static bool exists(const char *dir, const char *name) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
 /* A store-memory store opened without memory= is refused (-EEXIST): its file lacks what the
  * journal holds since the last snapshot, so a plain open would lose acknowledged commits.
  * Opened again with memory=, every commit is there. Only a journal directory marks one. */
@@ -978,9 +991,7 @@ static void test_memory_store_opened_without_memory_is_refused(void **state) {
   dir = qim_test_tmpdir("store-plain-journal-file");
   s = fx_open(dir, NULL, &o);
   qim_store_close(s);
-  char journal[4300];
-  snprintf(journal, sizeof journal, "%s/store.db-journal", dir);
-  touch(journal);
+  touch_in(dir, "store.db-journal");
   s = fx_open(dir, NULL, &o);
   qim_store_close(s);
   qim_test_rmtree(dir);
@@ -1029,19 +1040,6 @@ static uint64_t file_position(const char *dir) {
   sqlite3_finalize(st);
   sqlite3_close(db);
   return pos;
-}
-
-static bool exists(const char *dir, const char *name) {
-  char path[4300];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  return access(path, F_OK) == 0;
-}
-
-/* An empty file `name` in `dir`. */
-static void touch_in(const char *dir, const char *name) {
-  char path[4300];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  touch(path);
 }
 
 /* A store-memory store opened with from_memory=1 becomes a default store: every commit,
