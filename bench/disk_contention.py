@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """disk_contention.py — how this disk's fdatasync latency for a WAL-like appender changes
 when another process writes random 4 KiB pages, the way a checkpoint copies B-tree pages
-into the database file (bench/README.md, section 2, "Seventeenth session").
+into the database file (bench/HISTORY.md, "Seventeenth session").
 
 The appender writes 4 KiB pages at --append-mbps into a 64 MiB file it starts over, as a
 WAL restarts, and calls fdatasync after each ~1 ms of pages (a group commit). For each rate

@@ -7,7 +7,7 @@
  * the lane goes on with its next step, and the step's outcome — its pushes, the watermark and
  * figures to publish — waits in the lane's queue until the store confirms the write. Why: a
  * lane that waited out each sync read the next dispatches only after it, so a message waited
- * for the sync of the step before its own and then for its own (bench/README.md, "Nineteenth
+ * for the sync of the step before its own and then for its own (bench/HISTORY.md, "Nineteenth
  * session"). Now a message's entries wait for one sync.
  *
  * The settler thread runs those confirmations (its own completion queue). Every other step

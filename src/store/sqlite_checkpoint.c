@@ -12,7 +12,7 @@
  * starts the WAL over. The writer's part is one stall per WAL cycle instead of the whole
  * copy: 2-8 ms on a fresh store, 35-60 ms on one of a few hundred MB, where the disk's
  * flush after the round's write-back, not the copy of TAIL_FRAMES pages, takes the time
- * (bench/README.md, "What bounds 2 and 3"). If the checkpointer cannot keep up, or
+ * (bench/HISTORY.md, "What bounds 2 and 3"). If the checkpointer cannot keep up, or
  * readers keep the WAL from starting over, the writer checkpoints itself past a hard
  * limit, so the WAL stays bounded.
  *

@@ -1191,7 +1191,7 @@ void *sq_memory_snapshot_main(void *arg) {
   qim_log_name_thread("snapshot");
   /* Bulk work with seconds of slack, like the checkpointer's (sqlite_checkpoint.c). One-to-one
    * at 5,000 msgs/s, six steps on one growing store: p99 13-118 ms at nice 15 against
-   * 11-958 at 0 (bench/README.md, twenty-fourth session). Not fatal if refused. */
+   * 11-958 at 0 (bench/HISTORY.md, twenty-fourth session). Not fatal if refused. */
   if (setpriority(PRIO_PROCESS, (id_t)gettid(), SNAPSHOT_NICE) != 0)
     QIM_LOGW(NULL, "store.sqlite.snapshot", "nice=%d errno=%d", SNAPSHOT_NICE, errno);
   spare_prepare(m);

@@ -8,7 +8,7 @@
  * through a temporary number, the lock-byte page's (1 GiB / page size + 1: 262,145 with
  * 4-KiB pages), which raises the bound to it. Every commit after such a split then walked
  * all of the writer's 32-MiB cache (one bucket per page, a cache miss each): 10-11 % of
- * the writer thread's samples in one-to-one load on a store under 1 GiB (bench/README.md,
+ * the writer thread's samples in one-to-one load on a store under 1 GiB (bench/HISTORY.md,
  * "Thirteenth session").
  *
  * This cache is pcache1 with a truncate in front that knows when nothing can be cut. It

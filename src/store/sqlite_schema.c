@@ -151,7 +151,7 @@ static const char schema_v5[] =
  * entries share a few pages) and enters `mailbox_index` when its lane settles (settle_due
  * in sqlite_mailbox.c), in one sorted pass up to the lane's watermark, which the lane row
  * records (`settled`). Per entry, the index insert dirtied its user's page: ~1,000 pages
- * of WAL for each message to a group of 1,000, the store's largest cost (bench/README.md,
+ * of WAL for each message to a group of 1,000, the store's largest cost (bench/HISTORY.md,
  * "What bounds 2 and 3"). A range reads the index up to `settled` and the lane above it.
  * Existing entries up to each lane's watermark are settled here. */
 static const char schema_v6[] =

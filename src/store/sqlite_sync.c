@@ -5,7 +5,7 @@
  * COMMIT that returned meanwhile, and only then answers what depended on them.
  *
  * Why: about half of a COMMIT was the wait for its fdatasync, time in which the one
- * writer could not execute the next batch (bench/README.md, "What bounds 2 and 3"). Now
+ * writer could not execute the next batch (bench/HISTORY.md, "What bounds 2 and 3"). Now
  * the disk syncs one batch while the writer runs the next.
  *
  * What keeps "durable before acknowledged" (DESIGN.md §1):
