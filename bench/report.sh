@@ -19,6 +19,8 @@ num() { if [ -z "$1" ]; then echo "—"; else LC_ALL=C awk -v v="$1" 'BEGIN { s 
 # top_thread NAME PCT: the server's busiest thread over a run ("qim-writer 62%"); a thread near
 # 100 % of a core bounds the run whatever the process total says.
 top_thread() { if [ -z "$1" ]; then echo "—"; else echo "$1 $(LC_ALL=C awk -v v="$2" 'BEGIN { printf "%.0f", v }')%"; fi; }
+# or_dash VALUE: VALUE, or "—" when empty (a result from before the field existed).
+or_dash() { if [ -z "$1" ]; then echo "—"; else echo "$1"; fi; }
 # ratio A B: A/B with two decimals, or "—".
 ratio() { if [ -z "$1" ] || [ -z "$2" ] || [ "$2" = 0 ]; then echo "—"; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; fi; }
 # meets VALUE OP TARGET: "yes"/"no"/"—".
@@ -111,12 +113,12 @@ command_line disk
 search_steps() {
   echo "${2:-Search steps}:"
   echo
-  echo "| rate | p50 ms | p99 ms | slowest deliveries of the worst 0.1-s windows, ms (s into the run) | lost | errors | send lag p99 ms | server CPU % | busiest server thread, % of a core | verdict |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| rate | p50 ms | p99 ms | slowest deliveries of the worst 0.1-s windows, ms (s into the run) | lost | errors | send lag p99 ms | server CPU % | busiest server thread, % of a core | machine idle % | verdict |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
   { grep "^$1-search	" "$RESULTS" 2>/dev/null || true; } | cut -f3 | while read -r l; do
     f() { echo "$l" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
     worst=$(f lat_worst_windows | tr ',' '\n' | head -3 | awk -F: '{printf "%s%s (%s)", (NR > 1 ? ", " : ""), $2, $1}')
-    echo "| $(num "$(f rate_target)") | $(f lat_p50_ms) | $(f lat_p99_ms) | ${worst:-—} | $(f lost) | $(f errors) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(top_thread "$(f server_top_thread)" "$(f server_top_thread_pct)") | $(f verdict) |"
+    echo "| $(num "$(f rate_target)") | $(f lat_p50_ms) | $(f lat_p99_ms) | ${worst:-—} | $(f lost) | $(f errors) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(top_thread "$(f server_top_thread)" "$(f server_top_thread_pct)") | $(or_dash "$(f machine_idle_pct)") | $(f verdict) |"
   done
   echo
 }
@@ -130,8 +132,8 @@ echo "25/50/75 % points, run after it: **$(num "$p2p") msgs/s** (the highest poi
 # shellcheck disable=SC2016 # the backticks are Markdown
 echo "Pairs are $(get p2p-search via | sed 's/group2/2-member groups (qim-bench --via group)/; s/^usr$/one-to-one topics (`sub usr…` on both sides)/')."
 echo
-echo "| Load | msgs/s target | sent/s | delivered/s | p50 ms | p90 ms | p99 ms | max ms | server CPU % | busiest server thread, % of a core | server RSS kB | verdict |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| Load | msgs/s target | sent/s | delivered/s | p50 ms | p90 ms | p99 ms | max ms | server CPU % | busiest server thread, % of a core | machine idle % | server RSS kB | verdict |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for pct in 25 50 75 100; do
   id=p2p-$pct
   [ -z "$(get $id rate_target)" ] && continue
@@ -139,7 +141,7 @@ for pct in 25 50 75 100; do
   again=
   [ "$(grep -c "^$id	" "$RESULTS" 2>/dev/null || true)" -gt 1 ] && again=" (second run; the first: lag)"
   [ $pct = 100 ] && again=" (the confirmation's run)"
-  echo "| $pct% | $(num "$(get $id rate_target)") | $(num "$(get $id send_rate)") | $(num "$(get $id deliv_rate)") | $(get $id lat_p50_ms) | $(get $id lat_p90_ms) | $(get $id lat_p99_ms) | $(get $id lat_max_ms) | $(get $id server_cpu_pct) | $(top_thread "$(get $id server_top_thread)" "$(get $id server_top_thread_pct)") | $(num "$(get $id server_rss_kb)") | $(get $id verdict)$again |"
+  echo "| $pct% | $(num "$(get $id rate_target)") | $(num "$(get $id send_rate)") | $(num "$(get $id deliv_rate)") | $(get $id lat_p50_ms) | $(get $id lat_p90_ms) | $(get $id lat_p99_ms) | $(get $id lat_max_ms) | $(get $id server_cpu_pct) | $(top_thread "$(get $id server_top_thread)" "$(get $id server_top_thread_pct)") | $(or_dash "$(get $id machine_idle_pct)") | $(num "$(get $id server_rss_kb)") | $(get $id verdict)$again |"
 done
 echo
 search_steps p2p
@@ -153,6 +155,11 @@ if [ -n "$(get disk wal_syncs)" ]; then
   echo "such sync, so one stall of ~150 ms delays 1 % of a 10-s step's messages past 50 ms."
   echo
 fi
+echo "Machine idle % is the share of both cores that neither qimd, qim-bench nor anything else"
+echo "used during the step (/proc/stat, idle and I/O wait): the room left to catch up after a"
+echo "stall, which drains a backlog only as fast as that room allows (bench/README.md, \"What"
+echo "bounds 2 and 3 now\")."
+echo
 echo "Baseline: $(num "$echo_fps") frames/s from \`$(cmd echo)\` against bench/ws_echo.c (round trip p99 $(get echo rtt_p99_ms) ms)."
 echo
 
@@ -180,11 +187,11 @@ for id in $g_ids; do
   g=$(get "$id" group_size)
   echo "Groups of $(num "$g"): highest pub rate with every delivery made and p99 ≤ $(get "$id" p99_limit_ms) ms: $(num "$(get "$id" max_rate)") msgs/s = **$(num "$(get "$id" max_deliveries_per_s)") deliveries/s** (a search from the target's rate, two bisections: within ~12 %)."
   echo
-  echo "| rate | deliveries/s | p50 ms | p99 ms | lost | send lag p99 ms | server CPU % | busiest server thread, % of a core | server disk writes MB/s | verdict |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| rate | deliveries/s | p50 ms | p99 ms | lost | send lag p99 ms | server CPU % | busiest server thread, % of a core | machine idle % | server disk writes MB/s | verdict |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
   grep "^group$g-search	" "$RESULTS" 2>/dev/null | cut -f3 | while read -r l; do
     f() { echo "$l" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
-    echo "| $(num "$(f rate_target)") | $(num "$(f deliv_rate)") | $(f lat_p50_ms) | $(f lat_p99_ms) | $(f lost) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(top_thread "$(f server_top_thread)" "$(f server_top_thread_pct)") | $(num "$(f server_write_mb_s)") | $(f verdict) |"
+    echo "| $(num "$(f rate_target)") | $(num "$(f deliv_rate)") | $(f lat_p50_ms) | $(f lat_p99_ms) | $(f lost) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(top_thread "$(f server_top_thread)" "$(f server_top_thread_pct)") | $(or_dash "$(f machine_idle_pct)") | $(num "$(f server_write_mb_s)") | $(f verdict) |"
   done
   echo
   echo "The disk's write bandwidth in this run: $(num "$disk_bw") MB/s (1 MiB writes, \`$(cmd disk)\`); server disk writes are qimd's /proc write_bytes over the measured seconds ($([ "$store_mode" = memory ] && echo "its journal and snapshots" || echo "WAL and checkpoints"))."

@@ -73,6 +73,8 @@ typedef struct qim_bench_run {
   bool srv_ok, marked_start, marked_end;
   double self_cpu_a;
   double self_cpu_pct;
+  qim_machine_sample machine_a, machine_b; /* the whole machine at both marks */
+  bool machine_ok;
   /* The report line. */
   char kv[16384];
   size_t kv_len;

@@ -138,6 +138,31 @@ double qim_proc_write_mb_s(const qim_proc_sample *a, const qim_proc_sample *b) {
   return wall > 0 && b->write_bytes >= a->write_bytes ? (double)(b->write_bytes - a->write_bytes) / wall / 1e6 : 0.0;
 }
 
+int qim_machine_parse_stat(const char *text, qim_machine_sample *out) {
+  if (strncmp(text, "cpu ", 4) != 0) return -EINVAL;
+  /* user nice system idle iowait irq softirq steal guest guest_nice; guest time is already
+   * in user and nice, so those two are not added again. */
+  unsigned long long v[8] = {0};
+  int n = sscanf(text + 4, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                 &v[4], &v[5], &v[6], &v[7]);
+  if (n < 4) return -EINVAL;
+  *out = (qim_machine_sample){0};
+  for (int i = 0; i < n; i++) out->total += v[i];
+  out->idle = v[3] + v[4];
+  return 0;
+}
+
+int qim_machine_sample_read(qim_machine_sample *out) {
+  char buf[512]; /* the first line is all that is parsed */
+  int rc = slurp("/proc/stat", buf, sizeof buf);
+  return rc ? rc : qim_machine_parse_stat(buf, out);
+}
+
+double qim_machine_idle_pct(const qim_machine_sample *a, const qim_machine_sample *b) {
+  if (b->total <= a->total || b->idle < a->idle) return -1;
+  return 100.0 * (double)(b->idle - a->idle) / (double)(b->total - a->total);
+}
+
 int qim_sock_parse_sockstat(const char *text, qim_sock_sample *out) {
   const char *p = strstr(text, "\nTCP: ");
   if (!p && strncmp(text, "TCP: ", 5) == 0) p = text - 1;

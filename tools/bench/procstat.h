@@ -63,6 +63,23 @@ int qim_proc_threads_busiest(const qim_proc_threads *a, const qim_proc_threads *
 /* MB/s the process wrote to the disk between two samples (0 if no time). */
 double qim_proc_write_mb_s(const qim_proc_sample *a, const qim_proc_sample *b);
 
+/* The whole machine's CPU time (the "cpu" line of /proc/stat, in clock ticks): how much of
+ * every core a run left unused, for qimd and the load generator share the machine. */
+typedef struct qim_machine_sample {
+  uint64_t total; /* every field of the line */
+  uint64_t idle;  /* idle + iowait: time no task wanted a CPU */
+} qim_machine_sample;
+
+/* Reads /proc/stat. 0, or -errno. */
+int qim_machine_sample_read(qim_machine_sample *out);
+
+/* Parses the first line of /proc/stat text ("cpu  user nice system idle iowait irq softirq
+ * steal ..."). 0, or -EINVAL when it is not that line. */
+int qim_machine_parse_stat(const char *text, qim_machine_sample *out);
+
+/* Percent of all cores idle between two samples (-1 if no time was counted). */
+double qim_machine_idle_pct(const qim_machine_sample *a, const qim_machine_sample *b);
+
 /* The kernel's TCP socket accounting (/proc/net/sockstat) and slab total (/proc/meminfo). */
 typedef struct qim_sock_sample {
   uint64_t tcp_inuse, tcp_alloc;

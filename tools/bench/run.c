@@ -156,6 +156,7 @@ void qim_bench_run_watchdog_stop(qim_bench_run *r) {
 void qim_bench_run_mark_start(qim_bench_run *r) {
   r->marked_start = true;
   r->self_cpu_a = self_cpu_s();
+  r->machine_ok = qim_machine_sample_read(&r->machine_a) == 0;
   r->srv_ok = r->o->server_pid > 0 && qim_proc_sample_read(r->o->server_pid, &r->srv_a) == 0;
   if (r->srv_ok) {
     if (!r->srv_ta) r->srv_ta = qim_calloc(1, sizeof *r->srv_ta);
@@ -166,6 +167,7 @@ void qim_bench_run_mark_start(qim_bench_run *r) {
 void qim_bench_run_mark_end(qim_bench_run *r) {
   if (!r->marked_start || r->marked_end) return;
   r->marked_end = true;
+  if (r->machine_ok) r->machine_ok = qim_machine_sample_read(&r->machine_b) == 0;
   if (r->srv_ok) r->srv_ok = qim_proc_sample_read(r->o->server_pid, &r->srv_b) == 0;
   if (r->srv_ok) {
     if (!r->srv_tb) r->srv_tb = qim_calloc(1, sizeof *r->srv_tb);
@@ -266,6 +268,8 @@ void qim_bench_report(qim_bench_run *r, const char *human) {
     }
     qim_bench_kv(r, "bench_cpu_pct", "%.1f", r->self_cpu_pct);
   }
+  double idle = r->machine_ok ? qim_machine_idle_pct(&r->machine_a, &r->machine_b) : -1;
+  if (idle >= 0) qim_bench_kv(r, "machine_idle_pct", "%.1f", idle);
   if (r->o->label) qim_bench_kv(r, "label", "%s", r->o->label);
   qim_bench_kv(r, "status", "%s", r->failure ? "failed" : "ok");
   if (!r->o->quiet) {
@@ -279,6 +283,7 @@ void qim_bench_report(qim_bench_run *r, const char *human) {
           (unsigned long long)r->srv_b.hwm_kb, r->self_cpu_pct);
     if (has_top)
       printf("server's busiest thread: %s, %.0f%% of a core\n", top, top_pct);
+    if (idle >= 0) printf("the machine's cores were %.0f%% idle\n", idle);
     uint64_t errs = qim_bench_errors(r);
     if (errs || r->bad_frames || r->start_failures)
       printf(

@@ -2,7 +2,8 @@
  * test_hist.c — qim-bench's latency histogram (tools/bench/hist.h) and its /proc readers
  * (tools/bench/procstat.h): percentiles against exactly known distributions, the bucket
  * layout's error bound, merging, the slowest windows of a run, and parsing of the /proc
- * formats including awkward process names, and the busiest thread between two samples.
+ * formats including awkward process names, the busiest thread between two samples, and the
+ * whole machine's idle share.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -152,6 +153,34 @@ static void test_thread_stat_gives_its_name_and_cpu(void **state) {
   assert_int_equal(qim_proc_parse_thread("8 no parens", 100.0, &t), -EINVAL);
 }
 
+static void test_machine_idle_counts_idle_and_iowait_of_all_cores(void **state) {
+  (void)state;
+  /* user nice system idle iowait irq softirq steal guest guest_nice */
+  const char t0[] = "cpu  100 0 50 800 50 0 0 0 30 0\ncpu0 50 0 25 400 25 0 0 0 15 0\n";
+  const char t1[] = "cpu  400 0 150 1000 100 0 50 0 90 0\ncpu0 200 0 75 500 50 0 25 0 45 0\n";
+  qim_machine_sample a, b;
+  assert_int_equal(qim_machine_parse_stat(t0, &a), 0);
+  assert_int_equal(qim_machine_parse_stat(t1, &b), 0);
+  assert_int_equal(a.total, 1000); /* guest time is inside user already: not added again */
+  assert_int_equal(a.idle, 850);
+  assert_int_equal(b.total, 1700);
+  /* 700 ticks passed, 250 of them idle or waiting for I/O */
+  double idle = qim_machine_idle_pct(&a, &b);
+  assert_true(idle > 35.71 && idle < 35.72);
+  assert_true(qim_machine_idle_pct(&b, &a) < 0); /* no time passed */
+  assert_true(qim_machine_idle_pct(&a, &a) < 0);
+  /* An old kernel's four fields are enough; a per-core line or anything else is not. */
+  assert_int_equal(qim_machine_parse_stat("cpu  1 2 3 4\n", &a), 0);
+  assert_int_equal(a.total, 10);
+  assert_int_equal(a.idle, 4);
+  assert_int_equal(qim_machine_parse_stat("cpu0 1 2 3 4\n", &a), -EINVAL);
+  assert_int_equal(qim_machine_parse_stat("cpu  1 2\n", &a), -EINVAL);
+  assert_int_equal(qim_machine_parse_stat("intr 5\n", &a), -EINVAL);
+  /* This machine's own file reads and makes sense. */
+  assert_int_equal(qim_machine_sample_read(&a), 0);
+  assert_true(a.total > 0 && a.idle <= a.total);
+}
+
 static void test_busiest_thread_is_the_one_that_used_most_cpu_between_samples(void **state) {
   (void)state;
   static qim_proc_threads a, b;
@@ -288,6 +317,7 @@ int main(void) {
       cmocka_unit_test(test_windows_keep_the_k_largest_when_many_windows_are_filled),
       cmocka_unit_test(test_stat_with_spaces_and_parens_in_the_name),
       cmocka_unit_test(test_thread_stat_gives_its_name_and_cpu),
+      cmocka_unit_test(test_machine_idle_counts_idle_and_iowait_of_all_cores),
       cmocka_unit_test(test_busiest_thread_is_the_one_that_used_most_cpu_between_samples),
       cmocka_unit_test(test_threads_of_this_process_are_sampled),
       cmocka_unit_test(test_status_keys),
