@@ -66,7 +66,16 @@ echo
 echo "| # | Measurement | qim | Limit on this machine | Ratio | Target | Met |"
 echo "|---|---|---|---|---|---|---|"
 echo "| 1 | Durable commits/s through the full commit path | $(num "$commit") | $(num "$disk") appends/s (300 B, fdatasync per 1,000) | $(ratio "$commit" "$disk") | ≥ 15,000/s | $(meets "$commit" ">=" 15000) |"
-echo "| 2 | One-to-one msgs/s sustained at p99 ≤ 50 ms ($( [ "$store_mode" = memory ] && echo "store-memory mode" || echo "default store")) | $(num "$p2p") | $(num "$echo_fps") WebSocket echo frames/s | $(ratio "$p2p" "$echo_fps") | ≥ 5,000/s | $(meets "$p2p" ">=" 5000) |"
+# The cores' idle share during the curve point that is the figure (the rule may make it a
+# point below the confirmation's).
+p2p_idle=
+for pct in 100 75 50 25; do
+  if [ -n "$p2p" ] && [ "$(get p2p-$pct rate_target)" = "$p2p" ]; then
+    p2p_idle=$(get p2p-$pct machine_idle_pct)
+    break
+  fi
+done
+echo "| 2 | One-to-one msgs/s sustained at p99 ≤ 50 ms ($( [ "$store_mode" = memory ] && echo "store-memory mode" || echo "default store")${p2p_idle:+; the cores $p2p_idle % idle at it}) | $(num "$p2p") | $(num "$echo_fps") WebSocket echo frames/s | $(ratio "$p2p" "$echo_fps") | ≥ 5,000/s | $(meets "$p2p" ">=" 5000) |"
 alt=$(get p2palt-max max_rate) alt_store=$(get p2palt-max store)
 if [ -n "$alt" ]; then
   echo "| 2b | The same search $( [ "$alt_store" = memory ] && echo "in store-memory mode" || echo "on the default store"), not confirmed on a grown store (a reference) | $(num "$alt") | $(num "$echo_fps") WebSocket echo frames/s | $(ratio "$alt" "$echo_fps") | — | — |"
