@@ -904,9 +904,9 @@ static const char *store_vfs(void) {
 #define READER_PRAGMAS "PRAGMA mmap_size=0; PRAGMA temp_store=MEMORY;"
 #define WRITER_PRAGMAS "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-32768;"
 
-int sq_exec_logged(sq_conn *c, const char *sql, const char *event) {
+int sq_exec_logged(sqlite3 *db, const char *sql, const char *event) {
   char *err = NULL;
-  int rc = sqlite3_exec(c->db, sql, NULL, NULL, &err);
+  int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
   if (rc == SQLITE_OK) return 0;
   QIM_LOGE(NULL, event, "rc=%d msg=\"%s\"", rc, err ? err : "?");
   sqlite3_free(err);
@@ -937,7 +937,7 @@ static int wal_size_limit(sq_store *st) {
   char sql[64];
   snprintf(sql, sizeof sql, "PRAGMA journal_size_limit=%llu",
            (unsigned long long)(32 + sq_ckpt_restart_frames(st) * st->wal_frame_bytes));
-  return sq_exec_logged(&st->wconn, sql, "store.sqlite.pragma");
+  return sq_exec_logged(st->wconn.db, sql, "store.sqlite.pragma");
 }
 
 int sq_conn_open(sq_store *st, sq_conn *c, bool writer) {

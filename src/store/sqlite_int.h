@@ -331,8 +331,10 @@ void sq_fail_unsynced(sq_store *st, qim_store_req *list, bool write);
  * reset and unbound, or NULL (then sq_last_error gives the status). The statement is
  * reset again when the operation ends, so it never pins a read snapshot. */
 sqlite3_stmt *sq_prep(sq_conn *c, const char *sql);
-/* Runs SQL without results; on failure logs `event` with SQLite's message. 0 or -errno. */
-int sq_exec_logged(sq_conn *c, const char *sql, const char *event);
+/* Runs SQL without results on `db` (a store connection's, or the copy a conversion back
+ * from store-memory mode replays into); on failure logs `event` with SQLite's message.
+ * 0 or -errno. */
+int sq_exec_logged(sqlite3 *db, const char *sql, const char *event);
 /* The integer a `PRAGMA name` returns; 0 or -errno. */
 int sq_pragma_int(sq_conn *c, const char *name, int *out);
 /* Resets every statement the current operation used so far: a nested savepoint can only

@@ -334,12 +334,7 @@ static size_t list_segments(const sq_memory *m, uint64_t **out) {
 
 /* One statement of a replay's transaction; an error is logged. */
 static int journal_exec(sqlite3 *db, const char *sql) {
-  char *err = NULL;
-  int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
-  if (rc == SQLITE_OK) return 0;
-  QIM_LOGE(NULL, "store.sqlite.journal", "sql=\"%s\" rc=%d msg=\"%s\"", sql, rc, err ? err : "?");
-  sqlite3_free(err);
-  return sq_errno(rc);
+  return sq_exec_logged(db, sql, "store.sqlite.journal");
 }
 
 /* Applies one segment's records above `*position` to `db`, each in its own transaction;

@@ -189,7 +189,9 @@ static const char *const migrations[] = {schema_v1, schema_v2, schema_v3, schema
                                          schema_v5, schema_v6, schema_v7};
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))
 
-static int exec_sql(sq_conn *c, const char *sql) { return sq_exec_logged(c, sql, "store.sqlite.schema"); }
+static int exec_sql(sq_conn *c, const char *sql) {
+  return sq_exec_logged(c->db, sql, "store.sqlite.schema");
+}
 
 /* Version 4's data step: each progress row's `applied` from its dispatch_chunks rows. */
 static int fill_applied(sq_conn *c) {
