@@ -689,9 +689,10 @@ void sq_note_erase(sq_conn *c) {
  * Its old page images are in frames of the run (generation) its erase was committed in,
  * and in whatever an older, longer run left past that run's end. Once the WAL has started
  * over after that run, and the file holds no more than the new run's own frames, every
- * frame in it was written after the erase. journal_size_limit (sq_conn_open) makes SQLite
- * cut the file back at the first COMMIT of each run, and a run under steady writes grows to
- * sq_ckpt_restart_frames before it starts over, so the second condition follows. Checked
+ * frame in it was written after the erase. While an erase is pending, the WAL's size limit
+ * (wal_limit_set) makes SQLite cut the file back to one run at the first COMMIT of each run,
+ * and a run under steady writes grows to sq_ckpt_restart_frames before it starts over, so
+ * the second condition follows. Checked
  * against the file itself, not assumed. Until then the TRUNCATE at truncate_at stays due:
  * it blocks the writer while it copies every uncopied frame and syncs the database
  * (~200-400 ms on a store of a few hundred MB at 5,000 one-to-one msgs/s), where the WAL
@@ -704,6 +705,8 @@ static bool erase_wiped(sq_store *st) {
   if (!wal || stat(wal, &sb) != 0) return false;
   return (uint64_t)sb.st_size <= 32 + st->wal_frames * st->wal_frame_bytes;
 }
+
+static int wal_limit_set(sq_store *st, bool cut);
 
 static void *writer_main(void *arg) {
   sq_store *st = arg;
@@ -730,6 +733,8 @@ static void *writer_main(void *arg) {
     } else if (!n && !timed_out) {
       break; /* closing and drained */
     }
+    bool cut = st->mem.on || st->erase_pending;
+    if (cut != st->wal_cut) wal_limit_set(st, cut); /* a failure is logged; tried again */
   }
   return NULL;
 }
@@ -924,20 +929,37 @@ int sq_pragma_int(sq_conn *c, const char *name, int *out) {
   return rc == SQLITE_ROW ? 0 : sq_errno(rc);
 }
 
-/* The WAL file is cut back to one full run (sq_ckpt_restart_frames) at the first COMMIT
- * after each start-over (SQLite's journal_size_limit, on the writer's connection: the one
- * that writes frames), so a run that grows that long overwrites all of it, and a long run
- * past the hard limit does not keep its size on disk (erase_wiped relies on the first).
- * Records the frame size for erase_wiped. */
+/*
+ * How long SQLite lets the WAL file stay (journal_size_limit, on the writer's connection:
+ * the one that writes frames). It applies the limit at the first COMMIT after each
+ * start-over, cutting the file back to it. On the disk the limit is the hard bound
+ * (sq_ckpt_inline_frames), which a run under steady writes does not reach, so the file
+ * keeps its length and each run overwrites blocks it already has: a cut freed the run's
+ * tail every ~0.8 s at 5,000 one-to-one msgs/s (the file system discards freed blocks),
+ * in the writer's COMMIT, 5-57 ms each, and the next run allocated them again, so its
+ * syncs carried the file's growth too (bench/HISTORY.md, "Thirtieth session").
+ * While an erase is pending, and always in store-memory mode (the WAL is in memory there,
+ * where a cut is cheap and the bytes are RAM), the limit is one run
+ * (sq_ckpt_restart_frames): the next start-over cuts the file back to what a run
+ * overwrites, which erase_wiped relies on. The writer moves between the two (writer_main).
+ */
+static int wal_limit_set(sq_store *st, bool cut) {
+  uint64_t frames = cut ? sq_ckpt_restart_frames(st) : sq_ckpt_inline_frames(st);
+  char sql[64];
+  snprintf(sql, sizeof sql, "PRAGMA journal_size_limit=%llu",
+           (unsigned long long)(32 + frames * st->wal_frame_bytes));
+  int rc = sq_exec_logged(st->wconn.db, sql, "store.sqlite.pragma");
+  if (rc == 0) st->wal_cut = cut;
+  return rc;
+}
+
+/* Records the frame size for erase_wiped and sets the WAL's first limit. */
 static int wal_size_limit(sq_store *st) {
   int page = 0;
   int rc = sq_pragma_int(&st->wconn, "page_size", &page);
   if (rc) return rc;
   st->wal_frame_bytes = (uint32_t)page + 24;
-  char sql[64];
-  snprintf(sql, sizeof sql, "PRAGMA journal_size_limit=%llu",
-           (unsigned long long)(32 + sq_ckpt_restart_frames(st) * st->wal_frame_bytes));
-  return sq_exec_logged(st->wconn.db, sql, "store.sqlite.pragma");
+  return wal_limit_set(st, st->mem.on);
 }
 
 int sq_conn_open(sq_store *st, sq_conn *c, bool writer) {

@@ -61,7 +61,7 @@
 uint64_t sq_ckpt_restart_frames(const sq_store *st) {
   return st->opt.checkpoint_frames * 5ull / 2;
 }
-static uint64_t inline_frames(const sq_store *st) {
+uint64_t sq_ckpt_inline_frames(const sq_store *st) {
   return st->opt.checkpoint_frames * 6ull;
 }
 
@@ -217,11 +217,11 @@ void sq_ckpt_after_commit(sq_store *st, sqlite3 *db, const char *name, int frame
   bool finish = false;
   pthread_mutex_lock(&k->mu);
   if (n < k->copied) k->copied = 0; /* the WAL started over */
-  if (k->running && n >= inline_frames(st)) wait_round(st);
+  if (k->running && n >= sq_ckpt_inline_frames(st)) wait_round(st);
   if (!k->running) {
     uint64_t left = n - k->copied;
     bool long_wal = n >= sq_ckpt_restart_frames(st);
-    finish = (long_wal && left <= TAIL_FRAMES) || n >= inline_frames(st);
+    finish = (long_wal && left <= TAIL_FRAMES) || n >= sq_ckpt_inline_frames(st);
     if (finish) {
       k->copied = 0;
     } else if (left >= (long_wal ? 1 : st->opt.checkpoint_frames)) {

@@ -224,6 +224,7 @@ struct sq_store {
    * last erase was committed (SQ_ERASE_UNPLACED until its COMMIT; sqlite.c, erase_wiped). */
   uint64_t wal_generation, erase_generation;
   uint32_t wal_frame_bytes; /* a WAL frame: 24-byte header + one page */
+  bool wal_cut; /* writer only: the WAL's size limit is one run, not the hard bound (sqlite.c) */
   sq_ckpt ckpt;
   sq_sync sync;
   sq_memory mem;
@@ -293,9 +294,10 @@ void sq_ckpt_stop(sq_store *st);
  * asks for a round, copies the remainder after one, or checkpoints itself when the WAL
  * has grown too long. */
 void sq_ckpt_after_commit(sq_store *st, sqlite3 *db, const char *name, int frames);
-/* A round now, unless one is under way (store-memory snapshots). */
 /* How long the WAL grows under writes before it starts over (frames). */
 uint64_t sq_ckpt_restart_frames(const sq_store *st);
+/* The hard bound: past it the writer copies the whole WAL itself (frames). */
+uint64_t sq_ckpt_inline_frames(const sq_store *st);
 
 /* ---- sqlite_sync.c: durability after the COMMIT ------------------------------------- */
 

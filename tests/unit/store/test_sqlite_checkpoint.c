@@ -4,9 +4,11 @@
  * the copying, the WAL starts over instead of growing, and everything written reads back
  * after a reopen. And an erase made while the writes go on still leaves the files within
  * the store's bound, although the writer is never idle long enough to truncate on its own:
- * by the truncate it asks for, or sooner, by the WAL starting over.
+ * by the truncate it asks for, or sooner, by the WAL starting over. Under plain writes the
+ * WAL file keeps its length from run to run; an erase has the next start-over cut it back.
  */
 #include <dirent.h>
+#include <sqlite3.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
@@ -147,6 +149,26 @@ static void test_redacted_payload_leaves_the_files_while_writes_go_on(void **sta
   qim_test_rmtree(dir);
 }
 
+/* Redacts the record at `offset`, whose payload holds `needle`, then appends from index
+ * `*i` on until the writer counts the erase wiped by the WAL starting over, within the
+ * bound. By then neither file holds the payload, and no truncate ran. */
+static void redact_and_expect_a_turnover(qim_store *s, const char *dir, const char *needle,
+                                         uint64_t offset, uint32_t *i) {
+  redact(s, offset);
+  qim_store_stats before, now;
+  qim_store_get_stats(s, &before);
+  now = before;
+  uint64_t start = now_ms();
+  while (now.erase_turnovers == before.erase_turnovers) {
+    assert_true(now_ms() - start < QIM_STORE_WIPE_BOUND_MS);
+    append(s, (*i)++, 'b', NULL);
+    qim_store_get_stats(s, &now);
+  }
+  assert_false(file_holds(dir, "store.db-wal", needle));
+  assert_false(file_holds(dir, "store.db", needle));
+  assert_int_equal(now.wal_truncates, before.wal_truncates);
+}
+
 /* Writes all the same hold the redacted bytes in the WAL: the run (generation) the redact
  * was committed in has old images of its page, and a run that starts over does not cover
  * what the file had past its end until it has grown as long. The erase stops being due
@@ -161,21 +183,76 @@ static void test_erase_under_steady_writes_leaves_as_the_wal_turns_over_not_by_a
   qim_store *s = fx_open(dir, NULL, &o);
   /* The payload and its redact a few dozen frames into one run: when the next run starts,
    * its first COMMITs do not reach that far, so the old image is still in the file. */
-  for (uint32_t i = 0; i <= 10; i++) append(s, i, 'a', i == 10 ? needle : NULL);
+  uint32_t i = 0;
+  for (; i <= 10; i++) append(s, i, 'a', i == 10 ? needle : NULL);
   assert_true(file_holds(dir, "store.db-wal", needle));
-  redact(s, 11);
+  redact_and_expect_a_turnover(s, dir, needle, 11, &i);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
+/* Leaves one run of the WAL far longer than a start-over point: a reader on a connection
+ * of its own holds a snapshot, so nothing past it can be copied and the WAL cannot start
+ * over; released once the file is past 2 x the restart point (1,000 frames). Appends from
+ * index `*i` on. */
+static void grow_one_long_run(qim_store *s, const char *dir, uint32_t *i) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/store.db", dir);
+  sqlite3 *db;
+  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, "BEGIN; SELECT count(*) FROM log_records;", NULL, NULL, NULL),
+                   SQLITE_OK);
+  while (file_size(dir, "store.db-wal") < (5 * FRAMES + 32) * FRAME_BYTES) append(s, (*i)++, 'a', NULL);
+  assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+}
+
+/* Under plain writes the WAL file is not cut back at each start-over: it keeps the length
+ * of its longest run (up to the hard bound, 6 x), and the runs overwrite its blocks. A cut
+ * frees blocks (discarded by the file system) and the next run allocates them again, in
+ * the writer's COMMIT and the syncer's syncs (sqlite.c, wal_limit_set). */
+static void test_wal_file_keeps_its_length_across_start_overs_under_plain_writes(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-ckpt-keep");
+  qim_store_options o = small_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  uint32_t i = 0;
+  grow_one_long_run(s, dir, &i);
   qim_store_stats before, now;
   qim_store_get_stats(s, &before);
   now = before;
-  uint64_t start = now_ms();
-  for (uint32_t i = 11; now.erase_turnovers == before.erase_turnovers; i++) {
-    assert_true(now_ms() - start < QIM_STORE_WIPE_BOUND_MS);
-    append(s, i, 'b', NULL);
+  long long low = file_size(dir, "store.db-wal");
+  /* Five runs' worth of frames after the reader let go: the WAL started over several times
+   * (a run is 2.5 x FRAMES). The first start-over may cut the file to the hard bound. */
+  while (now.pages_written - before.pages_written < 5 * 5 * FRAMES / 2) {
+    append(s, i++, 'b', NULL);
+    long long w = file_size(dir, "store.db-wal");
+    if (w < low) low = w;
     qim_store_get_stats(s, &now);
   }
-  assert_false(file_holds(dir, "store.db-wal", needle));
-  assert_false(file_holds(dir, "store.db", needle));
+  assert_true(low >= (long long)(5 * FRAMES) * FRAME_BYTES);
+  assert_true(low <= (long long)(6 * FRAMES + 32) * FRAME_BYTES + 32);
   assert_int_equal(now.wal_truncates, before.wal_truncates);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
+/* An erase while the file is longer than a run: the next start-over cuts it back to one
+ * run, so the erased page images leave as the WAL turns over, within the bound and without
+ * a truncate (which stalls the writer while it copies the whole WAL). Kept at its length,
+ * the file would hold frames past every later run's end until the truncate. */
+static void test_erase_cuts_a_long_wal_back_at_the_next_start_over(void **state) {
+  (void)state;
+  static const char needle[] = "NEEDLE-5be20d-LONGWAL";
+  char *dir = qim_test_tmpdir("store-ckpt-longerase");
+  qim_store_options o = small_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  uint32_t i = 0;
+  grow_one_long_run(s, dir, &i);
+  for (uint32_t k = 0; k < 4 * FRAMES; k++) append(s, i++, 'a', NULL); /* runs of normal length */
+  append(s, i++, 'a', needle); /* offset i: offsets start at 1 */
+  assert_true(file_holds(dir, "store.db-wal", needle));
+  redact_and_expect_a_turnover(s, dir, needle, i, &i);
   qim_store_close(s);
   qim_test_rmtree(dir);
 }
@@ -229,6 +306,8 @@ int main(void) {
       cmocka_unit_test(test_wal_stays_short_under_writes_that_never_pause),
       cmocka_unit_test(test_redacted_payload_leaves_the_files_while_writes_go_on),
       cmocka_unit_test(test_erase_under_steady_writes_leaves_as_the_wal_turns_over_not_by_a_truncate),
+      cmocka_unit_test(test_wal_file_keeps_its_length_across_start_overs_under_plain_writes),
+      cmocka_unit_test(test_erase_cuts_a_long_wal_back_at_the_next_start_over),
       cmocka_unit_test(test_checkpointer_runs_at_the_lowest_cpu_priority),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
