@@ -692,11 +692,10 @@ void sq_note_erase(sq_conn *c) {
  * frame in it was written after the erase. While an erase is pending, the WAL's size limit
  * (wal_limit_set) makes SQLite cut the file back to one run at the first COMMIT of each run,
  * and a run under steady writes grows to sq_ckpt_restart_frames before it starts over, so
- * the second condition follows. Checked
- * against the file itself, not assumed. Until then the TRUNCATE at truncate_at stays due:
- * it blocks the writer while it copies every uncopied frame and syncs the database
- * (~200-400 ms on a store of a few hundred MB at 5,000 one-to-one msgs/s), where the WAL
- * turning over costs nothing extra.
+ * the second condition follows. Checked against the file itself, not assumed. Until then
+ * the TRUNCATE at truncate_at stays due: it blocks the writer while it copies every
+ * uncopied frame and syncs the database (~200-400 ms on a store of a few hundred MB at
+ * 5,000 one-to-one msgs/s), where the WAL turning over costs nothing extra.
  */
 static bool erase_wiped(sq_store *st) {
   if (st->wal_generation <= st->erase_generation) return false; /* also while unplaced */
@@ -706,7 +705,29 @@ static bool erase_wiped(sq_store *st) {
   return (uint64_t)sb.st_size <= 32 + st->wal_frames * st->wal_frame_bytes;
 }
 
-static int wal_limit_set(sq_store *st, bool cut);
+/*
+ * How long SQLite lets the WAL file stay (journal_size_limit, on the writer's connection:
+ * the one that writes frames). It applies the limit at the first COMMIT after each
+ * start-over, cutting the file back to it. On the disk the limit is the hard bound
+ * (sq_ckpt_inline_frames), which a run under steady writes does not reach, so the file
+ * keeps its length and each run overwrites blocks it already has: a cut freed the run's
+ * tail every ~0.8 s at 5,000 one-to-one msgs/s (the file system discards freed blocks),
+ * in the writer's COMMIT, 5-57 ms each, and the next run allocated them again, so its
+ * syncs carried the file's growth too (bench/HISTORY.md, "Thirtieth session").
+ * While an erase is pending, and always in store-memory mode (the WAL is in memory there,
+ * where a cut is cheap and the bytes are RAM), the limit is one run
+ * (sq_ckpt_restart_frames): the next start-over cuts the file back to what a run
+ * overwrites, which erase_wiped relies on. The writer moves between the two (writer_main).
+ */
+static int wal_limit_set(sq_store *st, bool cut) {
+  uint64_t frames = cut ? sq_ckpt_restart_frames(st) : sq_ckpt_inline_frames(st);
+  char sql[64];
+  snprintf(sql, sizeof sql, "PRAGMA journal_size_limit=%llu",
+           (unsigned long long)(32 + frames * st->wal_frame_bytes));
+  int rc = sq_exec_logged(st->wconn.db, sql, "store.sqlite.pragma");
+  if (rc == 0) st->wal_cut = cut;
+  return rc;
+}
 
 static void *writer_main(void *arg) {
   sq_store *st = arg;
@@ -927,30 +948,6 @@ int sq_pragma_int(sq_conn *c, const char *name, int *out) {
   *out = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
   sqlite3_finalize(st);
   return rc == SQLITE_ROW ? 0 : sq_errno(rc);
-}
-
-/*
- * How long SQLite lets the WAL file stay (journal_size_limit, on the writer's connection:
- * the one that writes frames). It applies the limit at the first COMMIT after each
- * start-over, cutting the file back to it. On the disk the limit is the hard bound
- * (sq_ckpt_inline_frames), which a run under steady writes does not reach, so the file
- * keeps its length and each run overwrites blocks it already has: a cut freed the run's
- * tail every ~0.8 s at 5,000 one-to-one msgs/s (the file system discards freed blocks),
- * in the writer's COMMIT, 5-57 ms each, and the next run allocated them again, so its
- * syncs carried the file's growth too (bench/HISTORY.md, "Thirtieth session").
- * While an erase is pending, and always in store-memory mode (the WAL is in memory there,
- * where a cut is cheap and the bytes are RAM), the limit is one run
- * (sq_ckpt_restart_frames): the next start-over cuts the file back to what a run
- * overwrites, which erase_wiped relies on. The writer moves between the two (writer_main).
- */
-static int wal_limit_set(sq_store *st, bool cut) {
-  uint64_t frames = cut ? sq_ckpt_restart_frames(st) : sq_ckpt_inline_frames(st);
-  char sql[64];
-  snprintf(sql, sizeof sql, "PRAGMA journal_size_limit=%llu",
-           (unsigned long long)(32 + frames * st->wal_frame_bytes));
-  int rc = sq_exec_logged(st->wconn.db, sql, "store.sqlite.pragma");
-  if (rc == 0) st->wal_cut = cut;
-  return rc;
 }
 
 /* Records the frame size for erase_wiped and sets the WAL's first limit. */
