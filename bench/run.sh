@@ -149,13 +149,13 @@ fi
 want sock && record sock "$BB/qim-bench-sock_cost" --conns $SOCK_CONNS --rounds 3
 
 # ---- qimd ------------------------------------------------------------------------------------
-NEED_QIMD=0 QPORT='' QPID='' S=''
+NEED_QIMD=0 QPORT='' QPID='' QLOG='' S=''
 for m in p2p p2palt group idle sync; do want $m && NEED_QIMD=1; done
 # launch_qimd DATA LOG ACCOUNTS [STORE]: a qimd on a free port with its store in DATA (STORE:
-# a --store URL for it) and no rate limits; sets QPORT, QPID and S (qim-bench's server
-# arguments, ACCOUNTS its accounts file).
+# a --store URL for it) and no rate limits, logging to LOG; sets QPORT, QPID, QLOG (= LOG)
+# and S (qim-bench's server arguments, ACCOUNTS its accounts file).
 launch_qimd() {
-  QPORT=$(free_port)
+  QPORT=$(free_port) QLOG=$2
   "$QIMD" --listen 127.0.0.1:$QPORT --data "$1" ${4:+--store "$4"} --log-level warn \
     --login-rate 1000000 --login-burst 1000000 --send-rate 1000000 --send-burst 1000000 \
     --request-rate 1000000 --request-burst 1000000 --conns-per-ip 0 \
@@ -244,6 +244,20 @@ settle() {
   log "settle: qimd still busy after 60 s"
 }
 
+# slow_counts ID FROM: appends to ID's last result line (when the run wrote one) how many
+# WAL syncs and write transactions of 50 ms or longer qimd logged during the run (its log
+# from line FROM on; docs/store.md, "Slow syncs and transactions are reported") and the
+# slowest of each: whether the disk, or a writer short of CPU, held messages back then.
+slow_counts() {
+  local counts
+  counts=$(tail -n +"$(($2 + 1))" "$QLOG" | awk '
+    function ms(l) { match(l, / ms=[0-9.]+/); return substr(l, RSTART + 4, RLENGTH - 4) + 0 }
+    / event=store\.sqlite\.slow_sync / { ns++; v = ms($0); if (v > ms_s) ms_s = v }
+    / event=store\.sqlite\.slow_transaction / { nt++; v = ms($0); if (v > ms_t) ms_t = v }
+    END { printf "qimd_slow_syncs=%d qimd_slowest_sync_ms=%.1f qimd_slow_transactions=%d qimd_slowest_transaction_ms=%.1f", ns, ms_s, nt, ms_t }')
+  if tail -1 "$RESULTS" | grep -q "^$1	"; then sed -i '$ s/$/ '"$counts"'/' "$RESULTS"; fi
+}
+
 # mark_verdict ID LIMIT_MS: prints the verdict of ID's last run and appends it to that run's
 # result line (when the run wrote one: it is then the last line).
 mark_verdict() {
@@ -258,10 +272,12 @@ mark_verdict() {
 # qim-bench, not qim: it runs once more and the second verdict stands. Both result lines
 # are kept (a search's table shows both; the curve's shows the second).
 judged() {
-  local id=$1 lim=$2 v try; shift 2
+  local id=$1 lim=$2 v try from; shift 2
   for try in 1 2; do
     settle
+    from=$(wc -l < "$QLOG")
     record "$id" "$@"
+    slow_counts "$id" "$from"
     v=$(mark_verdict "$id" "$lim")
     { [ "$v" = lag ] && [ $try = 1 ]; } || break
     log "$id: the client fell behind its schedule: once more"

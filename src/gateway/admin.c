@@ -132,7 +132,7 @@ static void stats(const qim_http_request *req, qim_http_reply *rep, void *ud) {
   qim_store_stats st;
   qim_store_get_stats(g->d.store, &st);
   json_object_set_new(j, "store",
-                      json_pack("{sIsIsIsIsIsIsIsIsIsIsIsIsI}", "operations", (json_int_t)st.operations,
+                      json_pack("{sIsIsIsIsIsIsIsIsIsIsIsIsIsIsI}", "operations", (json_int_t)st.operations,
                                 "transactions", (json_int_t)st.transactions, "fsyncs",
                                 (json_int_t)st.fsyncs, "reads", (json_int_t)st.reads,
                                 "reads_inline", (json_int_t)st.reads_inline,
@@ -141,7 +141,9 @@ static void stats(const qim_http_request *req, qim_http_reply *rep, void *ud) {
                                 "rejected_backpressure", (json_int_t)st.rejected_backpressure,
                                 "checkpoints", (json_int_t)st.checkpoints, "checkpoints_background",
                                 (json_int_t)st.checkpoints_background, "syncs",
-                                (json_int_t)st.syncs, "sync_waits", (json_int_t)st.sync_waits));
+                                (json_int_t)st.syncs, "sync_waits", (json_int_t)st.sync_waits,
+                                "slow_syncs", (json_int_t)st.slow_syncs, "slow_transactions",
+                                (json_int_t)st.slow_transactions));
   reply_json(rep, 200, j);
 }
 

@@ -580,6 +580,18 @@ static run_result linger(sq_store *st, sq_conn *c, qim_store_req **tail, size_t 
   return res;
 }
 
+/* A transaction of SQ_SLOW_NS or longer: how long it ran, how much of that its COMMIT took
+ * (writing its frames, a wait for the syncer when the writer is 64 COMMITs ahead of it
+ * (sqlite_sync.c), a checkpoint from the WAL hook), its operations and its pages. A long run with a short COMMIT is a writer
+ * short of CPU or a batch grown behind one; a long COMMIT is the disk or a checkpoint. */
+static void note_slow_transaction(sq_store *st, uint64_t ns, uint64_t commit_ns, size_t ops,
+                                  uint64_t pages) {
+  if (ns < SQ_SLOW_NS) return;
+  atomic_fetch_add_explicit(&st->stats.slow_transactions, 1, memory_order_relaxed);
+  QIM_LOGW(NULL, "store.sqlite.slow_transaction", "ms=%.1f commit_ms=%.1f ops=%zu pages=%llu",
+           (double)ns / 1e6, (double)commit_ns / 1e6, ops, (unsigned long long)pages);
+}
+
 static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
   sq_conn *c = &st->wconn;
   if (sq_sync_failed(st)) {
@@ -587,6 +599,7 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
     return;
   }
   size_t ran = 0;
+  uint64_t begun = sq_now_ns(), commit_ns = 0, pages = atomic_load(&st->stats.pages);
   qim_store_req *tail = NULL;
   run_result res = exec_cached(c, "BEGIN IMMEDIATE") == 0 ? run_ops(c, list, &ran, &tail) : RUN_LOST;
   if (res == RUN_OK && linger_wanted(st, n)) res = linger(st, c, &tail, &n, &ran);
@@ -608,9 +621,12 @@ static void writer_batch(sq_store *st, qim_store_req *list, size_t n) {
       atomic_store_explicit(&st->sync.failed, true, memory_order_release);
     }
     sq_sync_commit_end(st, commit);
-    atomic_fetch_add_explicit(&st->stats.commit_ns, sq_now_ns() - t0, memory_order_relaxed);
+    commit_ns = sq_now_ns() - t0;
+    atomic_fetch_add_explicit(&st->stats.commit_ns, commit_ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&st->stats.commits, 1, memory_order_relaxed);
   }
+  note_slow_transaction(st, sq_now_ns() - begun, commit_ns, n,
+                        atomic_load(&st->stats.pages) - pages);
   if (!ok) {
     if (!sqlite3_get_autocommit(c->db)) exec_cached(c, "ROLLBACK");
     sq_capture_clear(st->mem.cap);
@@ -1025,7 +1041,7 @@ static void log_op_counts(sq_store *st) {
     QIM_LOGI(NULL, "store.sqlite.op_counts",
              "%s commit=%llu/%llu sync=%llu/%llu checkpoint=%llu/%llu bg_checkpoint=%llu/%llu "
              "ckpt_wait=%llu/%llu truncate=%llu/%llu erase_turnovers=%llu lingered=%llu redos=%llu transactions=%llu pages=%llu "
-             "pcache_truncates=%llu/%llu",
+             "pcache_truncates=%llu/%llu slow_syncs=%llu slow_transactions=%llu",
              text, (unsigned long long)atomic_load(&st->stats.commits),
              (unsigned long long)(atomic_load(&st->stats.commit_ns) / 1000),
              (unsigned long long)atomic_load(&st->stats.syncs),
@@ -1043,7 +1059,8 @@ static void log_op_counts(sq_store *st) {
              (unsigned long long)atomic_load(&st->stats.redos),
              (unsigned long long)atomic_load(&st->stats.transactions),
              (unsigned long long)atomic_load(&st->stats.pages), (unsigned long long)truncates,
-             (unsigned long long)walked);
+             (unsigned long long)walked, (unsigned long long)atomic_load(&st->stats.slow_syncs),
+             (unsigned long long)atomic_load(&st->stats.slow_transactions));
 }
 
 static void store_close(qim_store *s) {
@@ -1094,6 +1111,8 @@ static void store_stats(qim_store *s, qim_store_stats *out) {
       .erase_turnovers = atomic_load(&st->stats.erase_turnovers),
       .syncs = atomic_load(&st->stats.syncs),
       .sync_waits = atomic_load(&st->stats.sync_waits),
+      .slow_syncs = atomic_load(&st->stats.slow_syncs),
+      .slow_transactions = atomic_load(&st->stats.slow_transactions),
   };
   for (int i = 0; i < 8; i++) out->batch_hist[i] = atomic_load(&st->stats.hist[i]);
 }

@@ -252,10 +252,18 @@ struct sq_store {
     _Atomic uint64_t writebacks;                       /* write-outs started during them */
     _Atomic uint64_t syncs, sync_ns;                   /* the syncer's WAL syncs, wall time */
     _Atomic uint64_t sync_waits;                       /* completions that waited for one */
+    _Atomic uint64_t slow_syncs, slow_transactions;    /* those of SQ_SLOW_NS or longer */
   } stats;
 };
 
 /* ---- sqlite.c: connections, statements and status mapping ------------------------- */
+
+/* A WAL sync (the syncer's) or a write transaction (the writer's, BEGIN to the end of its
+ * COMMIT) that takes this long is logged (store.sqlite.slow_sync, .slow_transaction) and
+ * counted: every message behind it waits as long, and 50 ms is what one-to-one's p99 is
+ * meant to stay within (bench/README.md). Each takes 50 ms, so neither logs more than 20
+ * lines a second. */
+#define SQ_SLOW_NS (50u * 1000000u)
 
 /* Monotonic nanoseconds (the system clock of qim/clock.h; vDSO, no system call): what an
  * operation, a COMMIT or a checkpoint holds its thread up, fsyncs included (op_counts). */

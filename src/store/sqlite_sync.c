@@ -84,8 +84,14 @@ static void sync_to(sq_store *st, uint64_t target) {
   /* Store-memory mode: the journal is what the disk holds; the WAL is in memory. */
   int rc = st->mem.on ? (sq_memory_sync(st) ? SQLITE_IOERR_FSYNC : SQLITE_OK)
                       : y->wal->pMethods->xSync(y->wal, SQLITE_SYNC_NORMAL);
-  atomic_fetch_add_explicit(&st->stats.sync_ns, sq_now_ns() - t0, memory_order_relaxed);
+  uint64_t ns = sq_now_ns() - t0;
+  atomic_fetch_add_explicit(&st->stats.sync_ns, ns, memory_order_relaxed);
   atomic_fetch_add_explicit(&st->stats.syncs, 1, memory_order_relaxed);
+  if (ns >= SQ_SLOW_NS) {
+    atomic_fetch_add_explicit(&st->stats.slow_syncs, 1, memory_order_relaxed);
+    QIM_LOGW(NULL, "store.sqlite.slow_sync", "ms=%.1f commits=%llu", (double)ns / 1e6,
+             (unsigned long long)(target - atomic_load(&y->durable)));
+  }
   if (rc != SQLITE_OK)
     QIM_LOGE(NULL, "store.sqlite.sync_failed",
              "rc=%d commits_unconfirmed=%llu: the store stops; reopen it", rc,

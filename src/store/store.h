@@ -744,6 +744,10 @@ struct qim_store_stats {
   uint64_t syncs;                 /* sqlite: the syncer's WAL syncs (each covers every COMMIT
                                      written before it) */
   uint64_t sync_waits;            /* sqlite: completions held back until one of those */
+  uint64_t slow_syncs;            /* sqlite: syncs that took 50 ms or longer (each logged as
+                                     store.sqlite.slow_sync: the disk held every write back) */
+  uint64_t slow_transactions;     /* sqlite: write transactions that took 50 ms or longer from
+                                     BEGIN to the end of COMMIT (store.sqlite.slow_transaction) */
   uint64_t batch_hist[8]; /* batches of size 1, 2-3, 4-7, 8-15, 16-63, 64-255, 256-1023, 1024+ */
 };
 void qim_store_get_stats(qim_store *s, qim_store_stats *out);

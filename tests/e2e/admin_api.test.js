@@ -63,7 +63,7 @@ test('stats: the store counters move with the writes a group creation makes; no 
   const before = JSON.parse((await get(SERVICE_TOKEN)).body).store;
   for (const k of ['operations', 'transactions', 'fsyncs', 'reads', 'reads_inline', 'pages_written',
     'lingers', 'lingered', 'rejected_backpressure', 'checkpoints', 'checkpoints_background', 'syncs',
-    'sync_waits']) {
+    'sync_waits', 'slow_syncs', 'slow_transactions']) {
     assert.equal(typeof before[k], 'number', `store.${k} is a number`);
   }
   const owner = await rawUser(ctx, 'statsown');

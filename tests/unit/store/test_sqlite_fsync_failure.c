@@ -5,16 +5,22 @@
  *   before the sync that covers it; the writer goes on committing meanwhile;
  * - a failed sync fails every operation of the batch ("durability not confirmed"), none
  *   is reported done, the store stops (every later operation fails), and a reopened
- *   store works again.
+ *   store works again;
+ * - a sync, or a writer's transaction, of 50 ms or longer is logged and counted.
  *
  * The sync is held or failed with the pass-through VFS of pass_vfs.h, registered as the
  * default before the store opens: the syncer's handle on the WAL is opened through it.
  */
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "pass_vfs.h"
+#include "qim/log.h"
 #include "store_fixture.h"
 
 /* ---- the fault: the pass-through VFS fails WAL syncs while fail_sync is set ---------------- */
@@ -29,7 +35,10 @@ static atomic_int failed_syncs;
 static atomic_int hold_sync; /* set: WAL syncs wait until it is cleared */
 static atomic_int held_syncs;
 
+static atomic_int delay_sync_ms; /* set: WAL syncs take this long */
+
 static int sync_hook(void) {
+  if (atomic_load(&delay_sync_ms)) sleep_ms(atomic_load(&delay_sync_ms));
   if (atomic_load(&hold_sync)) {
     atomic_fetch_add(&held_syncs, 1);
     while (atomic_load(&hold_sync)) sleep_ms(1);
@@ -232,11 +241,112 @@ static void test_an_unconfirmed_read_is_answered_before_the_sync(void **state) {
   qim_test_rmtree(dir);
 }
 
+/* ---- slow syncs and transactions are reported ------------------------------------------- */
+
+/* The warn lines carrying one event: how many, and the last one. */
+typedef struct seen_lines {
+  pthread_mutex_t mu;
+  const char *event; /* "event=<name> " */
+  int n;
+  char last[512];
+} seen_lines;
+
+static void seen_sink(const char *line, void *ctx) {
+  seen_lines *l = ctx;
+  if (!strstr(line, l->event)) return;
+  pthread_mutex_lock(&l->mu);
+  l->n++;
+  snprintf(l->last, sizeof l->last, "%s", line);
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* The number after `key` in the line. */
+static double field(const char *line, const char *key) {
+  const char *p = strstr(line, key);
+  assert_non_null(p);
+  return strtod(p + strlen(key), NULL);
+}
+
+/* One outbox append, waited for. */
+static void append_one(qim_store *s, uint8_t key) {
+  qim_store_log_append a = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .payload = {(uint8_t *)"s", 1}};
+  a.key[0] = key;
+  qim_store_log_append_req append = {.appends = &a, .append_count = 1};
+  assert_int_equal(QIM_STORE_SYNC(s, logs.append, &append), 0);
+}
+
+static void test_a_sync_of_50_ms_is_logged_and_counted(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-slow-sync");
+  qim_store_options o = fx_options();
+  qim_store *s = fx_open(dir, NULL, &o);
+  seen_lines seen = {.mu = PTHREAD_MUTEX_INITIALIZER, .event = "event=store.sqlite.slow_sync "};
+  qim_log_set_level(QIM_LOG_WARN);
+  qim_log_set_sink(seen_sink, &seen);
+  qim_store_stats before, after;
+  qim_store_get_stats(s, &before);
+
+  atomic_store(&delay_sync_ms, 60);
+  append_one(s, 1); /* answered once the syncer's (delayed) sync covered its COMMIT */
+  atomic_store(&delay_sync_ms, 0);
+  qim_store_get_stats(s, &after);
+  qim_log_set_sink(NULL, NULL);
+  qim_log_set_level(QIM_LOG_INFO);
+
+  assert_true(after.slow_syncs - before.slow_syncs >= 1);
+  assert_int_equal(seen.n, (int)(after.slow_syncs - before.slow_syncs)); /* one line each */
+  assert_true(field(seen.last, " ms=") >= 50.0);
+  assert_true(field(seen.last, " commits=") >= 1.0);
+  assert_int_equal(after.slow_transactions, before.slow_transactions); /* the COMMIT did not wait */
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
+static atomic_int commit_sleep_ms; /* the writer's before_commit hook sleeps this long */
+
+static void sleep_before_commit(void *ctx) {
+  (void)ctx;
+  if (atomic_load(&commit_sleep_ms)) sleep_ms(atomic_load(&commit_sleep_ms));
+}
+
+static void test_a_transaction_of_50_ms_is_logged_and_counted(void **state) {
+  (void)state;
+  char *dir = qim_test_tmpdir("store-slow-transaction");
+  qim_store_options o = fx_options();
+  o.before_commit = sleep_before_commit;
+  qim_store *s = fx_open(dir, NULL, &o);
+  seen_lines seen = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                     .event = "event=store.sqlite.slow_transaction "};
+  qim_log_set_level(QIM_LOG_WARN);
+  qim_log_set_sink(seen_sink, &seen);
+  qim_store_stats before, after;
+  qim_store_get_stats(s, &before);
+
+  atomic_store(&commit_sleep_ms, 60); /* between the batch's operations and its COMMIT */
+  append_one(s, 2);
+  atomic_store(&commit_sleep_ms, 0);
+  qim_store_get_stats(s, &after);
+  qim_log_set_sink(NULL, NULL);
+  qim_log_set_level(QIM_LOG_INFO);
+
+  assert_int_equal(after.slow_transactions - before.slow_transactions, 1);
+  assert_int_equal(seen.n, 1);
+  assert_true(field(seen.last, " ms=") >= 50.0);
+  /* The time went before the COMMIT: the line tells a slow run from a slow COMMIT. */
+  assert_true(field(seen.last, " commit_ms=") < field(seen.last, " ms="));
+  assert_int_equal((int)field(seen.last, " ops="), 1);
+  assert_true(field(seen.last, " pages=") >= 1.0);
+  qim_store_close(s);
+  qim_test_rmtree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_failed_commit_fsync_fails_the_whole_batch),
       cmocka_unit_test(test_nothing_is_answered_before_the_sync_that_covers_it),
       cmocka_unit_test(test_an_unconfirmed_read_is_answered_before_the_sync),
+      cmocka_unit_test(test_a_sync_of_50_ms_is_logged_and_counted),
+      cmocka_unit_test(test_a_transaction_of_50_ms_is_logged_and_counted),
   };
   return cmocka_run_group_tests(tests, shim_install, pass_vfs_remove);
 }
