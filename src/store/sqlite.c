@@ -580,10 +580,11 @@ static run_result linger(sq_store *st, sq_conn *c, qim_store_req **tail, size_t 
   return res;
 }
 
-/* A transaction of SQ_SLOW_NS or longer: how long it ran, how much of that its COMMIT took
- * (writing its frames, a wait for the syncer when the writer is 64 COMMITs ahead of it
- * (sqlite_sync.c), a checkpoint from the WAL hook), its operations and its pages. A long run with a short COMMIT is a writer
- * short of CPU or a batch grown behind one; a long COMMIT is the disk or a checkpoint. */
+/* A transaction of SQ_SLOW_NS or longer is logged with how long it ran, how much of that its
+ * COMMIT took (writing its frames, a wait for the syncer when the writer is 64 COMMITs ahead
+ * of it, a checkpoint from the WAL hook), its operations and its pages. A long run with a
+ * short COMMIT is a writer short of CPU, or a batch grown behind an earlier stall; a long
+ * COMMIT is the disk or a checkpoint. */
 static void note_slow_transaction(sq_store *st, uint64_t ns, uint64_t commit_ns, size_t ops,
                                   uint64_t pages) {
   if (ns < SQ_SLOW_NS) return;
