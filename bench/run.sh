@@ -247,7 +247,7 @@ settle() {
 # slow_counts ID FROM: appends to ID's last result line (when the run wrote one) how many
 # WAL syncs and write transactions of 50 ms or longer qimd logged during the run (its log
 # from line FROM on; docs/store.md, "Slow syncs and transactions are reported") and the
-# slowest of each: whether the disk, or a writer short of CPU, held messages back then.
+# slowest of each: whether the disk or the writer held messages back during it.
 slow_counts() {
   local counts
   counts=$(tail -n +"$(($2 + 1))" "$QLOG" | awk '
