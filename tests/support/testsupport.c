@@ -4,6 +4,7 @@
 #include "testsupport.h"
 
 #include <ftw.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,4 +67,70 @@ int64_t qim_test_sqlite_int(const char *path, const char *sql) {
   sqlite3_finalize(st);
   sqlite3_close(db);
   return v;
+}
+
+/* ---- log capture ------------------------------------------------------------------------ */
+
+static struct {
+  pthread_mutex_t mu;
+  char **lines;
+  size_t n, cap;
+} captured = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void capture_sink(const char *line, void *ctx) {
+  (void)ctx;
+  pthread_mutex_lock(&captured.mu);
+  if (captured.n == captured.cap) {
+    captured.cap = captured.cap ? captured.cap * 2 : 256;
+    captured.lines = realloc(captured.lines, captured.cap * sizeof *captured.lines);
+    if (!captured.lines) abort();
+  }
+  captured.lines[captured.n] = strdup(line);
+  if (!captured.lines[captured.n++]) abort();
+  pthread_mutex_unlock(&captured.mu);
+}
+
+void qim_test_log_start(qim_log_level min) {
+  qim_log_set_level(min);
+  qim_log_set_sink(capture_sink, NULL);
+}
+
+void qim_test_log_stop(void) {
+  qim_log_set_sink(NULL, NULL);
+  qim_log_set_level(QIM_LOG_INFO);
+  pthread_mutex_lock(&captured.mu);
+  for (size_t i = 0; i < captured.n; i++) free(captured.lines[i]);
+  free(captured.lines);
+  captured.lines = NULL;
+  captured.n = captured.cap = 0;
+  pthread_mutex_unlock(&captured.mu);
+}
+
+static bool line_is(const char *line, const char *event) {
+  char ev[128];
+  snprintf(ev, sizeof ev, " event=%s ", event);
+  return strstr(line, ev) != NULL;
+}
+
+size_t qim_test_log_count(const char *event, const char *a, const char *b) {
+  size_t n = 0;
+  pthread_mutex_lock(&captured.mu);
+  for (size_t i = 0; i < captured.n; i++) {
+    const char *l = captured.lines[i];
+    if (line_is(l, event) && (!a || strstr(l, a)) && (!b || strstr(l, b))) n++;
+  }
+  pthread_mutex_unlock(&captured.mu);
+  return n;
+}
+
+bool qim_test_log_last(const char *event, char *out, size_t cap) {
+  bool found = false;
+  pthread_mutex_lock(&captured.mu);
+  for (size_t i = captured.n; i-- > 0 && !found;)
+    if (line_is(captured.lines[i], event)) {
+      snprintf(out, cap, "%s", captured.lines[i]);
+      found = true;
+    }
+  pthread_mutex_unlock(&captured.mu);
+  return found;
 }

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "qim/log.h"
+
 /* A fresh empty directory under $TMPDIR (or /tmp) for one test; caller frees the path. */
 char *qim_test_tmpdir(const char *tag);
 
@@ -33,6 +35,16 @@ int64_t qim_test_now_ms(void);
 
 /* Sleeps ms milliseconds: a poll's pause, never a way to wait for a result. */
 void qim_test_sleep_ms(int ms);
+
+/* Log capture: from qim_test_log_start until qim_test_log_stop, every line qimd's logger
+ * writes at `min` or above is kept (from any thread) instead of going to stderr. */
+void qim_test_log_start(qim_log_level min);
+void qim_test_log_stop(void); /* back to stderr at info; the kept lines are dropped */
+/* How many kept lines carry " event=<event> " and every one of `a`, `b` that is not NULL. */
+size_t qim_test_log_count(const char *event, const char *a, const char *b);
+/* Copies the last kept line carrying " event=<event> " into out (cap bytes, cut to fit);
+ * false when there is none. */
+bool qim_test_log_last(const char *event, char *out, size_t cap);
 
 /* Polls `cond` (an expression, evaluated again each time) every 2 ms until it holds or ms
  * milliseconds pass; the test then asserts the condition itself, so a timeout fails there

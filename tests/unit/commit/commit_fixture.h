@@ -219,58 +219,14 @@ static FX_UNUSED int hook_is_advance(const char *op, const qim_store_req *req, q
   return strcmp(op, "intents.advance") == 0 && ((const qim_store_intent_advance_req *)req)->to == to;
 }
 
-/* ==== log capture ======================================================================= */
-
-typedef struct fx_log {
-  pthread_mutex_t mu;
-  char **lines;
-  size_t n, cap;
-} fx_log;
-
-static fx_log fx_log_lines = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-static void fx_log_sink(const char *line, void *ctx) {
-  fx_log *l = ctx;
-  pthread_mutex_lock(&l->mu);
-  if (l->n == l->cap) {
-    l->cap = l->cap ? l->cap * 2 : 256;
-    l->lines = realloc(l->lines, l->cap * sizeof *l->lines);
-    if (!l->lines) abort();
-  }
-  l->lines[l->n++] = strdup(line);
-  pthread_mutex_unlock(&l->mu);
-}
-
-static FX_UNUSED void fx_log_start(void) {
-  qim_log_set_level(QIM_LOG_DEBUG);
-  qim_log_set_sink(fx_log_sink, &fx_log_lines);
-}
-
-static FX_UNUSED void fx_log_stop(void) {
-  qim_log_set_sink(NULL, NULL);
-  qim_log_set_level(QIM_LOG_INFO);
-  pthread_mutex_lock(&fx_log_lines.mu);
-  for (size_t i = 0; i < fx_log_lines.n; i++) free(fx_log_lines.lines[i]);
-  free(fx_log_lines.lines);
-  fx_log_lines.lines = NULL;
-  fx_log_lines.n = fx_log_lines.cap = 0;
-  pthread_mutex_unlock(&fx_log_lines.mu);
-}
+/* ==== log capture (testsupport.h) ====================================================== */
 
 /* How many captured lines carry `event` and the trace; with `needle` also containing it. */
 static FX_UNUSED size_t fx_log_count(const qim_trace_id *trace, const char *event, const char *needle) {
-  char hex[33], ev[96], tr[48];
+  char hex[33], tr[48];
   qim_hex_encode(trace->b, 16, hex, sizeof hex);
-  snprintf(ev, sizeof ev, " event=%s ", event);
   snprintf(tr, sizeof tr, " trace=%s", hex);
-  size_t n = 0;
-  pthread_mutex_lock(&fx_log_lines.mu);
-  for (size_t i = 0; i < fx_log_lines.n; i++) {
-    const char *l = fx_log_lines.lines[i];
-    if (strstr(l, ev) && strstr(l, tr) && (!needle || strstr(l, needle))) n++;
-  }
-  pthread_mutex_unlock(&fx_log_lines.mu);
-  return n;
+  return qim_test_log_count(event, tr, needle);
 }
 
 /* ==== the fixture =========================================================================== */

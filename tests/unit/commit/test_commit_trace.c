@@ -20,7 +20,7 @@ static void test_trace_followed_through_every_step_of_a_send(void **state) {
   fx f;
   fx_open(&f, NULL);
   qim_conversation_id conv = fx_direct(&f, a, b);
-  fx_log_start();
+  qim_test_log_start(QIM_LOG_DEBUG);
   qim_authenticated_send s = fx_send(&f, a, conv, 1, "trace me");
   qim_commit_result r;
   assert_int_equal(qim_commit_send_sync(f.commit, &s, &r), 0);
@@ -41,7 +41,7 @@ static void test_trace_followed_through_every_step_of_a_send(void **state) {
   assert_int_equal(qim_commit_send_sync(f.commit, &s, &r), 0);
   assert_logged(&s.trace_id, "commit.acked", "kind=committed");
   assert_int_equal(fx_log_count(&first, "commit.acked", NULL), 1);
-  fx_log_stop();
+  qim_test_log_stop();
   fx_close(&f);
 }
 
@@ -60,7 +60,7 @@ static void test_trace_followed_through_a_failed_step_and_its_retry(void **state
   qim_conversation_id conv = fx_direct(&f, a, b);
   atomic_store(&fail_once, 1);
   f.hook->before = fail_outbox;
-  fx_log_start();
+  qim_test_log_start(QIM_LOG_DEBUG);
   qim_authenticated_send s = fx_send(&f, a, conv, 1, "bumpy");
   qim_commit_result r;
   assert_int_equal(qim_commit_send_sync(f.commit, &s, &r), QIM_E_COMMIT_RECOVERABLE);
@@ -72,7 +72,7 @@ static void test_trace_followed_through_a_failed_step_and_its_retry(void **state
   assert_logged(&s.trace_id, "commit.outboxed", NULL);
   assert_logged(&s.trace_id, "commit.committed", NULL);
   assert_logged(&s.trace_id, "commit.acked", "kind=existing");
-  fx_log_stop();
+  qim_test_log_stop();
   fx_close(&f);
 }
 
@@ -84,7 +84,7 @@ static void test_trace_followed_through_recovery_after_restart(void **state) {
   qim_trace_id t;
   fx_orphan(&f, a, conv, true, 1, "left behind", &t);
   fx_restart(&f);
-  fx_log_start();
+  qim_test_log_start(QIM_LOG_DEBUG);
   qim_commit_task task;
   assert_int_equal(qim_commit_recover_sync(f.commit, &task), 0);
   assert_int_equal(task.committed, 1);
@@ -93,7 +93,7 @@ static void test_trace_followed_through_recovery_after_restart(void **state) {
   assert_logged(&t, "commit.outboxed", NULL);
   assert_logged(&t, "commit.verified", NULL);
   assert_logged(&t, "commit.committed", "seq=1");
-  fx_log_stop();
+  qim_test_log_stop();
   fx_close(&f);
 }
 

@@ -13,7 +13,6 @@
 #include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "store_fixture.h"
 
@@ -117,12 +116,6 @@ static bool file_holds(const char *dir, const char *name, const char *needle) {
   return qim_test_file_holds(path, needle);
 }
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void test_redacted_payload_leaves_the_files_while_writes_go_on(void **state) {
   (void)state;
   static const char needle[] = "NEEDLE-3f9c1a-SECRET";
@@ -136,13 +129,12 @@ static void test_redacted_payload_leaves_the_files_while_writes_go_on(void **sta
   redact(s, 1);
 
   /* A write every 20 ms: the writer never idles the second it would truncate after. */
-  uint64_t start = now_ms();
+  int64_t start = qim_test_now_ms();
   bool gone = false;
-  for (uint32_t i = 1; !gone && now_ms() - start < QIM_STORE_WIPE_BOUND_MS + 1000; i++) {
+  for (uint32_t i = 1; !gone && qim_test_now_ms() - start < QIM_STORE_WIPE_BOUND_MS + 1000; i++) {
     append(s, i, 'b', NULL);
     gone = !file_holds(dir, "store.db", needle) && !file_holds(dir, "store.db-wal", needle);
-    struct timespec pause = {0, 20 * 1000000};
-    nanosleep(&pause, NULL);
+    qim_test_sleep_ms(20);
   }
   assert_true(gone);
   qim_store_close(s);
@@ -158,9 +150,9 @@ static void redact_and_expect_a_turnover(qim_store *s, const char *dir, const ch
   qim_store_stats before, now;
   qim_store_get_stats(s, &before);
   now = before;
-  uint64_t start = now_ms();
+  int64_t start = qim_test_now_ms();
   while (now.erase_turnovers == before.erase_turnovers) {
-    assert_true(now_ms() - start < QIM_STORE_WIPE_BOUND_MS);
+    assert_true(qim_test_now_ms() - start < QIM_STORE_WIPE_BOUND_MS);
     append(s, (*i)++, 'b', NULL);
     qim_store_get_stats(s, &now);
   }

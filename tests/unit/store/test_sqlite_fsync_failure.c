@@ -11,24 +11,15 @@
  * The sync is held or failed with the pass-through VFS of pass_vfs.h, registered as the
  * default before the store opens: the syncer's handle on the WAL is opened through it.
  */
-#include <pthread.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pass_vfs.h"
-#include "qim/log.h"
 #include "store_fixture.h"
 
 /* ---- the fault: the pass-through VFS fails WAL syncs while fail_sync is set ---------------- */
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
 
 static atomic_int fail_sync;
 static atomic_int failed_syncs;
@@ -38,10 +29,10 @@ static atomic_int held_syncs;
 static atomic_int delay_sync_ms; /* set: WAL syncs take this long */
 
 static int sync_hook(void) {
-  if (atomic_load(&delay_sync_ms)) sleep_ms(atomic_load(&delay_sync_ms));
+  if (atomic_load(&delay_sync_ms)) qim_test_sleep_ms(atomic_load(&delay_sync_ms));
   if (atomic_load(&hold_sync)) {
     atomic_fetch_add(&held_syncs, 1);
-    while (atomic_load(&hold_sync)) sleep_ms(1);
+    while (atomic_load(&hold_sync)) qim_test_sleep_ms(1);
   }
   if (!atomic_load(&fail_sync)) return SQLITE_OK;
   atomic_fetch_add(&failed_syncs, 1);
@@ -157,7 +148,7 @@ static void test_nothing_is_answered_before_the_sync_that_covers_it(void **state
   fx_async(&members.req, cq, &done);
   assert_int_equal(s->vt->conversations.members_change(s, &members), 0);
   /* Its COMMIT returns and the writer takes the next batch, while the sync is held. */
-  while (!atomic_load(&held_syncs)) sleep_ms(1);
+  while (!atomic_load(&held_syncs)) qim_test_sleep_ms(1);
   qim_store_log_append a = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .payload = {(uint8_t *)"a", 1}};
   a.key[0] = 1;
   qim_store_log_append_req append = {.appends = &a, .append_count = 1};
@@ -173,7 +164,7 @@ static void test_nothing_is_answered_before_the_sync_that_covers_it(void **state
   for (int t = 0; t < 2000; t++) {
     qim_store_get_stats(s, &mid);
     if (mid.transactions - before.transactions >= 2) break;
-    sleep_ms(1);
+    qim_test_sleep_ms(1);
   }
   assert_int_equal(mid.transactions - before.transactions, 2);
   assert_int_equal(completions_within(cq, &done, 1, 100), 0); /* nothing answered */
@@ -213,7 +204,7 @@ static void test_an_unconfirmed_read_is_answered_before_the_sync(void **state) {
   qim_store_log_append_req append = {.appends = &a, .append_count = 1};
   fx_async(&append.req, cq, &done);
   assert_int_equal(s->vt->logs.append(s, &append), 0);
-  while (atomic_load(&held_syncs) == held) sleep_ms(1); /* its COMMIT returned; sync held */
+  while (atomic_load(&held_syncs) == held) qim_test_sleep_ms(1); /* its COMMIT returned; sync held */
 
   qim_store_log_read_req plain = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .from = 0, .max = 8};
   fx_async(&plain.req, cq, &done);
@@ -243,23 +234,6 @@ static void test_an_unconfirmed_read_is_answered_before_the_sync(void **state) {
 
 /* ---- slow syncs and transactions are reported ------------------------------------------- */
 
-/* The warn lines carrying one event: how many, and the last one. */
-typedef struct seen_lines {
-  pthread_mutex_t mu;
-  const char *event; /* "event=<name> " */
-  int n;
-  char last[512];
-} seen_lines;
-
-static void seen_sink(const char *line, void *ctx) {
-  seen_lines *l = ctx;
-  if (!strstr(line, l->event)) return;
-  pthread_mutex_lock(&l->mu);
-  l->n++;
-  snprintf(l->last, sizeof l->last, "%s", line);
-  pthread_mutex_unlock(&l->mu);
-}
-
 /* The number after `key` in the line. */
 static double field(const char *line, const char *key) {
   const char *p = strstr(line, key);
@@ -280,9 +254,7 @@ static void test_a_sync_of_50_ms_is_logged_and_counted(void **state) {
   char *dir = qim_test_tmpdir("store-slow-sync");
   qim_store_options o = fx_options();
   qim_store *s = fx_open(dir, NULL, &o);
-  seen_lines seen = {.mu = PTHREAD_MUTEX_INITIALIZER, .event = "event=store.sqlite.slow_sync "};
-  qim_log_set_level(QIM_LOG_WARN);
-  qim_log_set_sink(seen_sink, &seen);
+  qim_test_log_start(QIM_LOG_WARN);
   qim_store_stats before, after;
   qim_store_get_stats(s, &before);
 
@@ -290,13 +262,16 @@ static void test_a_sync_of_50_ms_is_logged_and_counted(void **state) {
   append_one(s, 1); /* answered once the syncer's (delayed) sync covered its COMMIT */
   atomic_store(&delay_sync_ms, 0);
   qim_store_get_stats(s, &after);
-  qim_log_set_sink(NULL, NULL);
-  qim_log_set_level(QIM_LOG_INFO);
+  char last[512];
+  size_t lines = qim_test_log_count("store.sqlite.slow_sync", NULL, NULL);
+  bool logged = qim_test_log_last("store.sqlite.slow_sync", last, sizeof last);
+  qim_test_log_stop();
 
   assert_true(after.slow_syncs - before.slow_syncs >= 1);
-  assert_int_equal(seen.n, (int)(after.slow_syncs - before.slow_syncs)); /* one line each */
-  assert_true(field(seen.last, " ms=") >= 50.0);
-  assert_true(field(seen.last, " commits=") >= 1.0);
+  assert_int_equal(lines, after.slow_syncs - before.slow_syncs); /* one line each */
+  assert_true(logged);
+  assert_true(field(last, " ms=") >= 50.0);
+  assert_true(field(last, " commits=") >= 1.0);
   assert_int_equal(after.slow_transactions, before.slow_transactions); /* the COMMIT did not wait */
   qim_store_close(s);
   qim_test_rmtree(dir);
@@ -306,7 +281,7 @@ static atomic_int commit_sleep_ms; /* the writer's before_commit hook sleeps thi
 
 static void sleep_before_commit(void *ctx) {
   (void)ctx;
-  if (atomic_load(&commit_sleep_ms)) sleep_ms(atomic_load(&commit_sleep_ms));
+  if (atomic_load(&commit_sleep_ms)) qim_test_sleep_ms(atomic_load(&commit_sleep_ms));
 }
 
 static void test_a_transaction_of_50_ms_is_logged_and_counted(void **state) {
@@ -315,10 +290,7 @@ static void test_a_transaction_of_50_ms_is_logged_and_counted(void **state) {
   qim_store_options o = fx_options();
   o.before_commit = sleep_before_commit;
   qim_store *s = fx_open(dir, NULL, &o);
-  seen_lines seen = {.mu = PTHREAD_MUTEX_INITIALIZER,
-                     .event = "event=store.sqlite.slow_transaction "};
-  qim_log_set_level(QIM_LOG_WARN);
-  qim_log_set_sink(seen_sink, &seen);
+  qim_test_log_start(QIM_LOG_WARN);
   qim_store_stats before, after;
   qim_store_get_stats(s, &before);
 
@@ -326,16 +298,19 @@ static void test_a_transaction_of_50_ms_is_logged_and_counted(void **state) {
   append_one(s, 2);
   atomic_store(&commit_sleep_ms, 0);
   qim_store_get_stats(s, &after);
-  qim_log_set_sink(NULL, NULL);
-  qim_log_set_level(QIM_LOG_INFO);
+  char last[512];
+  size_t lines = qim_test_log_count("store.sqlite.slow_transaction", NULL, NULL);
+  bool logged = qim_test_log_last("store.sqlite.slow_transaction", last, sizeof last);
+  qim_test_log_stop();
 
   assert_int_equal(after.slow_transactions - before.slow_transactions, 1);
-  assert_int_equal(seen.n, 1);
-  assert_true(field(seen.last, " ms=") >= 50.0);
+  assert_int_equal(lines, 1);
+  assert_true(logged);
+  assert_true(field(last, " ms=") >= 50.0);
   /* The time went before the COMMIT: the line tells a slow run from a slow COMMIT. */
-  assert_true(field(seen.last, " commit_ms=") < field(seen.last, " ms="));
-  assert_int_equal((int)field(seen.last, " ops="), 1);
-  assert_true(field(seen.last, " pages=") >= 1.0);
+  assert_true(field(last, " commit_ms=") < field(last, " ms="));
+  assert_int_equal((int)field(last, " ops="), 1);
+  assert_true(field(last, " pages=") >= 1.0);
   qim_store_close(s);
   qim_test_rmtree(dir);
 }
