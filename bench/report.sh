@@ -21,14 +21,17 @@ num() { if [ -z "$1" ]; then echo "—"; else LC_ALL=C awk -v v="$1" 'BEGIN { s 
 top_thread() { if [ -z "$1" ]; then echo "—"; else echo "$1 $(LC_ALL=C awk -v v="$2" 'BEGIN { printf "%.0f", v }')%"; fi; }
 # or_dash VALUE: VALUE, or "—" when empty (a result from before the field existed).
 or_dash() { if [ -z "$1" ]; then echo "—"; else echo "$1"; fi; }
-# slow_cell SYNCS SLOWEST TRANSACTIONS SLOWEST: qimd's syncs and write transactions of 50 ms
-# or longer during a run, "2 (137.0) / 0" (the slowest in brackets), or — without the counts.
+# slow_cell SYNCS SLOWEST TRANSACTIONS SLOWEST LOOP_STALLS SLOWEST: qimd's syncs, write
+# transactions and I/O loop iterations of 50 ms or longer during a run, "2 (137.0) / 0 / 0"
+# (the slowest in brackets), or — without the counts. Runs from before loop stalls were
+# counted show "—" in that place.
 slow_cell() {
   if [ -z "$1" ]; then echo "—"; return; fi
-  local a=$1 b=$3
+  local a=$1 b=$3 c=${5:-—}
   [ "$1" != 0 ] && a="$1 ($2)"
   [ "$3" != 0 ] && b="$3 ($4)"
-  echo "$a / $b"
+  [ -n "$5" ] && [ "$5" != 0 ] && c="$5 ($6)"
+  echo "$a / $b / $c"
 }
 # ratio A B: A/B with two decimals, or "—".
 ratio() { if [ -z "$1" ] || [ -z "$2" ] || [ "$2" = 0 ]; then echo "—"; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; fi; }
@@ -131,12 +134,12 @@ command_line disk
 search_steps() {
   echo "${2:-Search steps}:"
   echo
-  echo "| rate | p50 ms | p99 ms | slowest deliveries of the worst 0.1-s windows, ms (s into the run) | qimd's syncs / transactions ≥ 50 ms (slowest ms) | lost | errors | send lag p99 ms | server CPU % | busiest server thread, % of a core | machine idle % | verdict |"
+  echo "| rate | p50 ms | p99 ms | slowest deliveries of the worst 0.1-s windows, ms (s into the run) | qimd's syncs / transactions / loop stalls ≥ 50 ms (slowest ms) | lost | errors | send lag p99 ms | server CPU % | busiest server thread, % of a core | machine idle % | verdict |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   { grep "^$1-search	" "$RESULTS" 2>/dev/null || true; } | cut -f3 | while read -r l; do
     f() { echo "$l" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
     worst=$(f lat_worst_windows | tr ',' '\n' | head -3 | awk -F: '{printf "%s%s (%s)", (NR > 1 ? ", " : ""), $2, $1}')
-    echo "| $(num "$(f rate_target)") | $(f lat_p50_ms) | $(f lat_p99_ms) | ${worst:-—} | $(slow_cell "$(f qimd_slow_syncs)" "$(f qimd_slowest_sync_ms)" "$(f qimd_slow_transactions)" "$(f qimd_slowest_transaction_ms)") | $(f lost) | $(f errors) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(top_thread "$(f server_top_thread)" "$(f server_top_thread_pct)") | $(or_dash "$(f machine_idle_pct)") | $(f verdict) |"
+    echo "| $(num "$(f rate_target)") | $(f lat_p50_ms) | $(f lat_p99_ms) | ${worst:-—} | $(slow_cell "$(f qimd_slow_syncs)" "$(f qimd_slowest_sync_ms)" "$(f qimd_slow_transactions)" "$(f qimd_slowest_transaction_ms)" "$(f qimd_loop_stalls)" "$(f qimd_slowest_loop_stall_ms)") | $(f lost) | $(f errors) | $(f lag_p99_ms) | $(f server_cpu_pct) | $(top_thread "$(f server_top_thread)" "$(f server_top_thread_pct)") | $(or_dash "$(f machine_idle_pct)") | $(f verdict) |"
   done
   echo
 }
@@ -150,7 +153,7 @@ echo "25/50/75 % points, run after it: **$(num "$p2p") msgs/s** (the highest poi
 # shellcheck disable=SC2016 # the backticks are Markdown
 echo "Pairs are $(get p2p-search via | sed 's/group2/2-member groups (qim-bench --via group)/; s/^usr$/one-to-one topics (`sub usr…` on both sides)/')."
 echo
-echo "| Load | msgs/s target | sent/s | delivered/s | p50 ms | p90 ms | p99 ms | max ms | qimd's syncs / transactions ≥ 50 ms (slowest ms) | server CPU % | busiest server thread, % of a core | machine idle % | server RSS kB | verdict |"
+echo "| Load | msgs/s target | sent/s | delivered/s | p50 ms | p90 ms | p99 ms | max ms | qimd's syncs / transactions / loop stalls ≥ 50 ms (slowest ms) | server CPU % | busiest server thread, % of a core | machine idle % | server RSS kB | verdict |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for pct in 25 50 75 100; do
   id=p2p-$pct
@@ -159,7 +162,7 @@ for pct in 25 50 75 100; do
   again=
   [ "$(grep -c "^$id	" "$RESULTS" 2>/dev/null || true)" -gt 1 ] && again=" (second run; the first: lag)"
   [ $pct = 100 ] && again=" (the confirmation's run)"
-  echo "| $pct% | $(num "$(get $id rate_target)") | $(num "$(get $id send_rate)") | $(num "$(get $id deliv_rate)") | $(get $id lat_p50_ms) | $(get $id lat_p90_ms) | $(get $id lat_p99_ms) | $(get $id lat_max_ms) | $(slow_cell "$(get $id qimd_slow_syncs)" "$(get $id qimd_slowest_sync_ms)" "$(get $id qimd_slow_transactions)" "$(get $id qimd_slowest_transaction_ms)") | $(get $id server_cpu_pct) | $(top_thread "$(get $id server_top_thread)" "$(get $id server_top_thread_pct)") | $(or_dash "$(get $id machine_idle_pct)") | $(num "$(get $id server_rss_kb)") | $(get $id verdict)$again |"
+  echo "| $pct% | $(num "$(get $id rate_target)") | $(num "$(get $id send_rate)") | $(num "$(get $id deliv_rate)") | $(get $id lat_p50_ms) | $(get $id lat_p90_ms) | $(get $id lat_p99_ms) | $(get $id lat_max_ms) | $(slow_cell "$(get $id qimd_slow_syncs)" "$(get $id qimd_slowest_sync_ms)" "$(get $id qimd_slow_transactions)" "$(get $id qimd_slowest_transaction_ms)" "$(get $id qimd_loop_stalls)" "$(get $id qimd_slowest_loop_stall_ms)") | $(get $id server_cpu_pct) | $(top_thread "$(get $id server_top_thread)" "$(get $id server_top_thread_pct)") | $(or_dash "$(get $id machine_idle_pct)") | $(num "$(get $id server_rss_kb)") | $(get $id verdict)$again |"
 done
 echo
 search_steps p2p

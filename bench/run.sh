@@ -245,16 +245,18 @@ settle() {
 }
 
 # slow_counts ID FROM: appends to ID's last result line (when the run wrote one) how many
-# WAL syncs and write transactions of 50 ms or longer qimd logged during the run (its log
-# from line FROM on; docs/store.md, "Slow syncs and transactions are reported") and the
-# slowest of each: whether the disk or the writer held messages back during it.
+# WAL syncs, write transactions and I/O loop iterations of 50 ms or longer qimd logged
+# during the run (its log from line FROM on; docs/store.md, "Slow syncs and transactions
+# are reported"; docs/gateway-transport.md, "Loop stalls") and the slowest of each: whether the disk,
+# the writer or a gateway loop held messages back during it.
 slow_counts() {
   local counts
   counts=$(tail -n +"$(($2 + 1))" "$QLOG" | awk '
     function ms(l) { match(l, / ms=[0-9.]+/); return substr(l, RSTART + 4, RLENGTH - 4) + 0 }
     / event=store\.sqlite\.slow_sync / { ns++; v = ms($0); if (v > ms_s) ms_s = v }
     / event=store\.sqlite\.slow_transaction / { nt++; v = ms($0); if (v > ms_t) ms_t = v }
-    END { printf "qimd_slow_syncs=%d qimd_slowest_sync_ms=%.1f qimd_slow_transactions=%d qimd_slowest_transaction_ms=%.1f", ns, ms_s, nt, ms_t }')
+    / event=gateway\.loop_stall / { nl++; v = ms($0); if (v > ms_l) ms_l = v }
+    END { printf "qimd_slow_syncs=%d qimd_slowest_sync_ms=%.1f qimd_slow_transactions=%d qimd_slowest_transaction_ms=%.1f qimd_loop_stalls=%d qimd_slowest_loop_stall_ms=%.1f", ns, ms_s, nt, ms_t, nl, ms_l }')
   if tail -1 "$RESULTS" | grep -q "^$1	"; then sed -i '$ s/$/ '"$counts"'/' "$RESULTS"; fi
 }
 

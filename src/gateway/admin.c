@@ -123,10 +123,12 @@ static void stats(const qim_http_request *req, qim_http_reply *rep, void *ud) {
                         (json_int_t)s.errors, "pushed_data", (json_int_t)s.pushed_data, "pushed_pres",
                         (json_int_t)s.pushed_pres, "push_batches", (json_int_t)s.push_batches,
                         "events_dropped", (json_int_t)s.events_dropped);
-  json_t *more = json_pack("{sIsIsIsIsI}", "presence_sent", (json_int_t)s.presence_sent, "presence_deferred",
+  qim_net_stats ns;
+  qim_net_stats_get(g->net, &ns);
+  json_t *more = json_pack("{sIsIsIsIsIsI}", "presence_sent", (json_int_t)s.presence_sent, "presence_deferred",
                            (json_int_t)s.presence_deferred, "fanout_capped", (json_int_t)s.fanout_capped,
                            "rate_limited", (json_int_t)s.rate_limited, "typing_limited",
-                           (json_int_t)s.typing_limited);
+                           (json_int_t)s.typing_limited, "loop_stalls", (json_int_t)ns.loop_stalls);
   json_object_update(j, more);
   json_decref(more);
   qim_store_stats st;

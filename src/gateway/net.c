@@ -200,6 +200,7 @@ static void loop_shutdown(net_loop *l) {
   abort_list(&l->closing, 0, false);
   uv_close((uv_handle_t *)&l->flush_check, NULL); /* every connection is uncorked by now */
   uv_close((uv_handle_t *)&l->flush_idle, NULL);
+  uv_close((uv_handle_t *)&l->stall_watch, NULL);
   uv_mutex_lock(&l->mu);
   l->closed = true; /* no thread may touch the async handle from now on */
   for (unsigned i = 0; i < l->count; i++) qim_ws_frame_unref(l->items[i].frame);
@@ -233,6 +234,21 @@ static void on_wakeup(uv_async_t *a) {
   uv_mutex_unlock(&l->mu);
   for (unsigned i = 0; i < n; i++) deliver(l, &items[i]);
   if (stop && !l->stopping) loop_shutdown(l);
+}
+
+/* Before each poll: the iteration since the last poll, less the time the poll itself
+ * slept (libuv's idle-time metric), is what the loop worked; a long one is a stall. */
+static void on_stall_watch(uv_prepare_t *p) {
+  net_loop *l = p->data;
+  uint64_t now = uv_hrtime(), idle = uv_metrics_idle_time(&l->uv);
+  uint64_t span = now - l->watch_at_ns, slept = idle - l->watch_idle_ns;
+  uint64_t busy = span > slept ? span - slept : 0;
+  if (l->watch_at_ns && busy >= (uint64_t)QIM_NET_STALL_MS * 1000000u) {
+    STAT_ADD(l, loop_stalls, 1);
+    QIM_LOGW(NULL, "gateway.loop_stall", "loop=%u ms=%.1f", l->index, (double)busy / 1e6);
+  }
+  l->watch_at_ns = now;
+  l->watch_idle_ns = idle;
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -328,6 +344,7 @@ static int loop_init(qim_net *net, net_loop *l, unsigned index) {
   l->free_slot = NO_SLOT;
   int rc = uv_loop_init(&l->uv);
   if (rc) return rc;
+  uv_loop_configure(&l->uv, UV_METRICS_IDLE_TIME); /* for the stall watch */
   if (uv_async_init(&l->uv, &l->wakeup, on_wakeup) != 0) {
     uv_loop_close(&l->uv);
     return -EMFILE;
@@ -344,6 +361,10 @@ static int loop_init(qim_net *net, net_loop *l, unsigned index) {
   uv_timer_start(&l->sweep, on_sweep, period, period);
   uv_tcp_init(&l->uv, &l->listener);
   l->listener.data = l;
+  uv_prepare_init(&l->uv, &l->stall_watch);
+  l->stall_watch.data = l;
+  uv_prepare_start(&l->stall_watch, on_stall_watch);
+  uv_unref((uv_handle_t *)&l->stall_watch); /* it alone does not keep the loop running */
   return 0;
 }
 
@@ -579,6 +600,7 @@ static void add_stats(const loop_stats *s, qim_net_stats *o) {
   o->sends_dropped += LOAD(sends_dropped);
   o->inbox_full += LOAD(inbox_full);
   o->writes += LOAD(writes);
+  o->loop_stalls += LOAD(loop_stalls);
 }
 
 void qim_net_stats_get(const qim_net *net, qim_net_stats *out) {

@@ -26,6 +26,12 @@
  * Memory. An idle WebSocket connection holds only its struct (well under 1 KB): reads
  * go through one buffer per loop, and reassembly/queue memory exists only while a
  * message is split across reads or output is pending (DESIGN.md §6).
+ *
+ * Stalls. A loop iteration whose work (its callbacks, or the thread waiting for a core
+ * while it had work) lasts QIM_NET_STALL_MS or longer held every connection of the loop
+ * that long: it is logged (`gateway.loop_stall loop=… ms=…`) and counted (loop_stalls).
+ * 50 ms is one-to-one's p99 target (bench/README.md), so such an iteration alone puts
+ * the messages behind it past that target.
  */
 #ifndef QIM_GATEWAY_NET_H
 #define QIM_GATEWAY_NET_H
@@ -37,6 +43,8 @@
 #include "gateway/http.h"
 #include "gateway/ws.h"
 #include "qim/types.h"
+
+#define QIM_NET_STALL_MS 50
 
 typedef struct qim_net qim_net;
 typedef struct qim_conn qim_conn;
@@ -144,6 +152,7 @@ typedef struct qim_net_stats {
   uint64_t sends_dropped;   /* cross-thread sends to connections already gone */
   uint64_t inbox_full;      /* cross-thread requests refused with -EAGAIN */
   uint64_t writes;          /* write system calls offering output (frames corked together) */
+  uint64_t loop_stalls;     /* loop iterations that worked QIM_NET_STALL_MS or longer */
 } qim_net_stats;
 
 /*

@@ -19,6 +19,7 @@ typedef struct loop_stats {
   _Atomic uint64_t frames_in, frames_out, bytes_in, bytes_out, pings_sent;
   _Atomic uint64_t slow_consumers, idle_timeouts, handshake_timeouts, protocol_errors;
   _Atomic uint64_t sends_dropped, inbox_full, writes;
+  _Atomic uint64_t loop_stalls;
 } loop_stats;
 
 #define STAT_ADD(loop, field, n)                                                                \
@@ -74,6 +75,10 @@ typedef struct net_loop {
   uv_check_t flush_check;
   uv_idle_t flush_idle;
   qim_conn *dirty;
+  /* the stall watch (net.c): when the last iteration's poll began, and the loop's idle
+   * time then */
+  uv_prepare_t stall_watch;
+  uint64_t watch_at_ns, watch_idle_ns;
   loop_stats stats;
 } net_loop;
 

@@ -60,7 +60,9 @@ test('stats: the store counters move with the writes a group creation makes; no 
     return httpRequest(ctx, { path: '/v0/admin/stats', headers });
   };
   assert.equal((await get(null)).status, 401);
-  const before = JSON.parse((await get(SERVICE_TOKEN)).body).store;
+  const all = JSON.parse((await get(SERVICE_TOKEN)).body);
+  assert.equal(typeof all.loop_stalls, 'number', 'loop_stalls is a number');
+  const before = all.store;
   for (const k of ['operations', 'transactions', 'fsyncs', 'reads', 'reads_inline', 'pages_written',
     'lingers', 'lingered', 'rejected_backpressure', 'checkpoints', 'checkpoints_background', 'syncs',
     'sync_waits', 'slow_syncs', 'slow_transactions']) {

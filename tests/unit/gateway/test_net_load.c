@@ -251,6 +251,35 @@ static void test_full_inbox_refuses_with_eagain(void **state) {
   wsc_close(&c);
 }
 
+/* ---- stalls ---------------------------------------------------------------------------------- */
+
+/* A handler that blocks its loop 80 ms: that iteration is one stall, logged with at least
+ * its length and counted; every counted stall has its line. */
+static void test_a_loop_iteration_of_50_ms_is_logged_and_counted(void **state) {
+  (void)state;
+  qim_test_log_start(QIM_LOG_WARN);
+  wsc c;
+  open_ws(&c);
+  assert_int_equal(wsc_send_text(&c, "hello"), 0);
+  expect_text(&c, "hello");
+  uint64_t before = tsrv_stats(&S).loop_stalls;
+  assert_int_equal(wsc_send_text(&c, "sleep:80"), 0);
+  expect_text(&c, "slept");
+  WAIT_FOR(tsrv_stats(&S).loop_stalls > before, 2000);
+  uint64_t stalls = tsrv_stats(&S).loop_stalls;
+  assert_true(stalls > before);
+  assert_int_equal(qim_test_log_count("gateway.loop_stall", NULL, NULL), stalls);
+  size_t long_ones = 0;
+  for (int ms = 80; ms < 1000; ms++) {
+    char needle[16];
+    snprintf(needle, sizeof needle, " ms=%d.", ms);
+    long_ones += qim_test_log_count("gateway.loop_stall", needle, NULL);
+  }
+  assert_true(long_ones >= 1); /* the sleep's (a busy machine may add its own) */
+  wsc_close(&c);
+  qim_test_log_stop();
+}
+
 /* ---- memory and shutdown --------------------------------------------------------------------- */
 
 #define IDLE_CONNS 100
@@ -309,6 +338,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_send_to_a_closed_connection_is_dropped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_inbox_refuses_with_eagain, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_loop_iteration_of_50_ms_is_logged_and_counted, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_idle_connection_costs_under_1kb, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stop_closes_open_connections_going_away, setup,
                                       teardown),
