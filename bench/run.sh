@@ -486,7 +486,9 @@ fi
 
 # ---- report ----------------------------------------------------------------------------------
 COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
+# BENCHMARKS.md itself is this script's output: an earlier run's copy is no change to what ran.
+git -C "$ROOT" diff --quiet -- . ':(exclude)BENCHMARKS.md' 2>/dev/null ||
+  COMMIT="$COMMIT (with uncommitted changes)"
 CPU=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)
 MACHINE="$(nproc) cores ($CPU), $(awk '/MemTotal/ {printf "%.1f GB", $2/1048576}' /proc/meminfo), Linux $(uname -r), BENCH_DIR $BENCH_DIR ($(df -T "$BENCH_DIR" | awk 'NR==2 {print $2}'))"
 # The peers block (bench/peers/run.sh, issue 11) is kept across rewrites.
