@@ -237,7 +237,10 @@ static void on_wakeup(uv_async_t *a) {
 }
 
 /* Before each poll: the iteration since the last poll, less the time the poll itself
- * slept (libuv's idle-time metric), is what the loop worked; a long one is a stall. */
+ * slept (libuv's idle-time metric), is what the loop worked; a long one is a stall. The
+ * metric makes libuv poll once without waiting before each poll that sleeps (paid only by
+ * a loop about to sleep) and take an uncontended lock per ready event
+ * (docs/gateway-transport.md, "Loop stalls"). */
 static void on_stall_watch(uv_prepare_t *p) {
   net_loop *l = p->data;
   uint64_t now = uv_hrtime(), idle = uv_metrics_idle_time(&l->uv);
