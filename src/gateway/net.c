@@ -200,6 +200,7 @@ static void loop_shutdown(net_loop *l) {
   abort_list(&l->closing, 0, false);
   uv_close((uv_handle_t *)&l->flush_check, NULL); /* every connection is uncorked by now */
   uv_close((uv_handle_t *)&l->flush_idle, NULL);
+  uv_close((uv_handle_t *)&l->stall_mark, NULL);
   uv_close((uv_handle_t *)&l->stall_watch, NULL);
   uv_mutex_lock(&l->mu);
   l->closed = true; /* no thread may touch the async handle from now on */
@@ -236,22 +237,27 @@ static void on_wakeup(uv_async_t *a) {
   if (stop && !l->stopping) loop_shutdown(l);
 }
 
-/* Before each poll: the iteration since the last poll, less the time the poll itself
- * slept (libuv's idle-time metric), is what the loop worked; a long one is a stall. The
- * metric makes libuv poll once without waiting before each poll that sleeps (paid only by
- * a loop about to sleep) and take an uncontended lock per ready event
- * (docs/gateway-transport.md, "Loop stalls"). */
+/* The stall watch (docs/gateway-transport.md, "Loop stalls"). libuv stamps the loop's
+ * time when a poll returns and runs the I/O callbacks under that stamp; the check phase,
+ * after them, still sees it. Before the next poll, the clock less that stamp is what the
+ * loop worked on in between. libuv's millisecond clock is fine for a 50-ms bound and costs
+ * one clock read an iteration (libuv's idle-time metric, tried first, adds a system call
+ * before every poll that sleeps and a lock per ready event). */
+static void on_stall_mark(uv_check_t *h) {
+  net_loop *l = h->data;
+  l->polled_ms = uv_now(&l->uv);
+}
+
 static void on_stall_watch(uv_prepare_t *p) {
   net_loop *l = p->data;
-  uint64_t now = uv_hrtime(), idle = uv_metrics_idle_time(&l->uv);
-  uint64_t span = now - l->watch_at_ns, slept = idle - l->watch_idle_ns;
-  uint64_t busy = span > slept ? span - slept : 0;
-  if (l->watch_at_ns && busy >= (uint64_t)QIM_NET_STALL_MS * 1000000u) {
+  if (!l->polled_ms) return; /* no poll since the last look */
+  uv_update_time(&l->uv);
+  uint64_t busy = uv_now(&l->uv) - l->polled_ms;
+  l->polled_ms = 0;
+  if (busy >= QIM_NET_STALL_MS) {
     STAT_ADD(l, loop_stalls, 1);
-    QIM_LOGW(NULL, "gateway.loop_stall", "loop=%u ms=%.1f", l->index, (double)busy / 1e6);
+    QIM_LOGW(NULL, "gateway.loop_stall", "loop=%u ms=%.1f", l->index, (double)busy);
   }
-  l->watch_at_ns = now;
-  l->watch_idle_ns = idle;
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -347,7 +353,6 @@ static int loop_init(qim_net *net, net_loop *l, unsigned index) {
   l->free_slot = NO_SLOT;
   int rc = uv_loop_init(&l->uv);
   if (rc) return rc;
-  uv_loop_configure(&l->uv, UV_METRICS_IDLE_TIME); /* for the stall watch */
   if (uv_async_init(&l->uv, &l->wakeup, on_wakeup) != 0) {
     uv_loop_close(&l->uv);
     return -EMFILE;
@@ -364,10 +369,13 @@ static int loop_init(qim_net *net, net_loop *l, unsigned index) {
   uv_timer_start(&l->sweep, on_sweep, period, period);
   uv_tcp_init(&l->uv, &l->listener);
   l->listener.data = l;
+  uv_check_init(&l->uv, &l->stall_mark);
   uv_prepare_init(&l->uv, &l->stall_watch);
-  l->stall_watch.data = l;
+  l->stall_mark.data = l->stall_watch.data = l;
+  uv_check_start(&l->stall_mark, on_stall_mark);
   uv_prepare_start(&l->stall_watch, on_stall_watch);
-  uv_unref((uv_handle_t *)&l->stall_watch); /* it alone does not keep the loop running */
+  uv_unref((uv_handle_t *)&l->stall_mark); /* they alone do not keep the loop running */
+  uv_unref((uv_handle_t *)&l->stall_watch);
   return 0;
 }
 

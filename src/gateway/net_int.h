@@ -75,10 +75,10 @@ typedef struct net_loop {
   uv_check_t flush_check;
   uv_idle_t flush_idle;
   qim_conn *dirty;
-  /* the stall watch (net.c): when the last iteration's poll began, and the loop's idle
-   * time then */
+  /* the stall watch (net.c): the loop's time when its last poll returned, 0 once read */
+  uv_check_t stall_mark;
   uv_prepare_t stall_watch;
-  uint64_t watch_at_ns, watch_idle_ns;
+  uint64_t polled_ms;
   loop_stats stats;
 } net_loop;
 
