@@ -247,8 +247,8 @@ settle() {
 # slow_counts ID FROM: appends to ID's last result line (when the run wrote one) how many
 # WAL syncs, write transactions and I/O loop iterations of 50 ms or longer qimd logged
 # during the run (its log from line FROM on; docs/store.md, "Slow syncs and transactions
-# are reported"; docs/gateway-transport.md, "Loop stalls") and the slowest of each: whether the disk,
-# the writer or a gateway loop held messages back during it.
+# are reported"; docs/gateway-transport.md, "Loop stalls") and the slowest of each:
+# whether the disk, the writer or a gateway loop held messages back during it.
 slow_counts() {
   local counts
   counts=$(tail -n +"$(($2 + 1))" "$QLOG" | awk '
