@@ -250,10 +250,9 @@ static void on_stall_mark(uv_check_t *h) {
 
 static void on_stall_watch(uv_prepare_t *p) {
   net_loop *l = p->data;
-  if (!l->polled_ms) return; /* no poll since the last look */
+  if (!l->polled_ms) return; /* the first iteration: no poll yet */
   uv_update_time(&l->uv);
   uint64_t busy = uv_now(&l->uv) - l->polled_ms;
-  l->polled_ms = 0;
   if (busy >= QIM_NET_STALL_MS) {
     STAT_ADD(l, loop_stalls, 1);
     QIM_LOGW(NULL, "gateway.loop_stall", "loop=%u ms=%.1f", l->index, (double)busy);

@@ -75,7 +75,7 @@ typedef struct net_loop {
   uv_check_t flush_check;
   uv_idle_t flush_idle;
   qim_conn *dirty;
-  /* the stall watch (net.c): the loop's time when its last poll returned, 0 once read */
+  /* the stall watch (net.c): the loop's time when its last poll returned (0: none yet) */
   uv_check_t stall_mark;
   uv_prepare_t stall_watch;
   uint64_t polled_ms;

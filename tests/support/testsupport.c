@@ -123,6 +123,28 @@ size_t qim_test_log_count(const char *event, const char *a, const char *b) {
   return n;
 }
 
+static bool number_after(const char *line, const char *key, double *out) {
+  const char *p = strstr(line, key);
+  if (p) *out = strtod(p + strlen(key), NULL);
+  return p != NULL;
+}
+
+double qim_test_log_field(const char *line, const char *key) {
+  double v = 0;
+  assert_true(number_after(line, key, &v));
+  return v;
+}
+
+double qim_test_log_max(const char *event, const char *key) {
+  double max = -1, v;
+  pthread_mutex_lock(&captured.mu); /* no assert while held: a failed one would keep it */
+  for (size_t i = 0; i < captured.n; i++)
+    if (line_is(captured.lines[i], event) && number_after(captured.lines[i], key, &v) && v > max)
+      max = v;
+  pthread_mutex_unlock(&captured.mu);
+  return max;
+}
+
 bool qim_test_log_last(const char *event, char *out, size_t cap) {
   bool found = false;
   pthread_mutex_lock(&captured.mu);

@@ -45,6 +45,10 @@ size_t qim_test_log_count(const char *event, const char *a, const char *b);
 /* Copies the last kept line carrying " event=<event> " into out (cap bytes, cut to fit);
  * false when there is none. */
 bool qim_test_log_last(const char *event, char *out, size_t cap);
+/* The number right after `key` (e.g. " ms=") in `line`; the test fails when it is absent. */
+double qim_test_log_field(const char *line, const char *key);
+/* The largest value of `key` over the kept lines carrying `event`; -1 when there is none. */
+double qim_test_log_max(const char *event, const char *key);
 
 /* Polls `cond` (an expression, evaluated again each time) every 2 ms until it holds or ms
  * milliseconds pass; the test then asserts the condition itself, so a timeout fails there

@@ -271,13 +271,8 @@ static void test_a_loop_iteration_of_50_ms_is_logged_and_counted(void **state) {
   uint64_t stalls = tsrv_stats(&S).loop_stalls;
   assert_true(stalls > before);
   assert_true(qim_test_log_count("gateway.loop_stall", NULL, NULL) >= stalls - base);
-  size_t long_ones = 0;
-  for (int ms = 75; ms < 1000; ms++) {
-    char needle[16];
-    snprintf(needle, sizeof needle, " ms=%d.", ms);
-    long_ones += qim_test_log_count("gateway.loop_stall", needle, NULL);
-  }
-  assert_true(long_ones >= 1); /* the sleep's (a busy machine may add its own) */
+  /* the sleep's is the longest (a busy machine may add shorter ones of its own) */
+  assert_true(qim_test_log_max("gateway.loop_stall", " ms=") >= 75.0);
   wsc_close(&c);
   qim_test_log_stop();
 }

@@ -234,13 +234,6 @@ static void test_an_unconfirmed_read_is_answered_before_the_sync(void **state) {
 
 /* ---- slow syncs and transactions are reported ------------------------------------------- */
 
-/* The number after `key` in the line. */
-static double field(const char *line, const char *key) {
-  const char *p = strstr(line, key);
-  assert_non_null(p);
-  return strtod(p + strlen(key), NULL);
-}
-
 /* One outbox append, waited for. */
 static void append_one(qim_store *s, uint8_t key) {
   qim_store_log_append a = {.stream = {QIM_LOG_STREAM_OUTBOX, 0}, .payload = {(uint8_t *)"s", 1}};
@@ -249,30 +242,42 @@ static void append_one(qim_store *s, uint8_t key) {
   assert_int_equal(QIM_STORE_SYNC(s, logs.append, &append), 0);
 }
 
+/* What one append made slow by `knob` (set to 60 ms around it) left: the store's stats
+ * before and after, the `event` lines logged meanwhile and the last of them. */
+typedef struct slow_run {
+  qim_store_stats before, after;
+  size_t lines;
+  bool logged;
+  char last[512];
+} slow_run;
+
+static void slow_append(qim_store *s, atomic_int *knob, uint8_t key, const char *event,
+                        slow_run *out) {
+  qim_test_log_start(QIM_LOG_WARN);
+  qim_store_get_stats(s, &out->before);
+  atomic_store(knob, 60);
+  append_one(s, key);
+  atomic_store(knob, 0);
+  qim_store_get_stats(s, &out->after);
+  out->lines = qim_test_log_count(event, NULL, NULL);
+  out->logged = qim_test_log_last(event, out->last, sizeof out->last);
+  qim_test_log_stop();
+}
+
 static void test_a_sync_of_50_ms_is_logged_and_counted(void **state) {
   (void)state;
   char *dir = qim_test_tmpdir("store-slow-sync");
   qim_store_options o = fx_options();
   qim_store *s = fx_open(dir, NULL, &o);
-  qim_test_log_start(QIM_LOG_WARN);
-  qim_store_stats before, after;
-  qim_store_get_stats(s, &before);
+  slow_run r; /* the append is answered once the syncer's (delayed) sync covered its COMMIT */
+  slow_append(s, &delay_sync_ms, 1, "store.sqlite.slow_sync", &r);
 
-  atomic_store(&delay_sync_ms, 60);
-  append_one(s, 1); /* answered once the syncer's (delayed) sync covered its COMMIT */
-  atomic_store(&delay_sync_ms, 0);
-  qim_store_get_stats(s, &after);
-  char last[512];
-  size_t lines = qim_test_log_count("store.sqlite.slow_sync", NULL, NULL);
-  bool logged = qim_test_log_last("store.sqlite.slow_sync", last, sizeof last);
-  qim_test_log_stop();
-
-  assert_true(after.slow_syncs - before.slow_syncs >= 1);
-  assert_int_equal(lines, after.slow_syncs - before.slow_syncs); /* one line each */
-  assert_true(logged);
-  assert_true(field(last, " ms=") >= 50.0);
-  assert_true(field(last, " commits=") >= 1.0);
-  assert_int_equal(after.slow_transactions, before.slow_transactions); /* the COMMIT did not wait */
+  assert_true(r.after.slow_syncs - r.before.slow_syncs >= 1);
+  assert_int_equal(r.lines, r.after.slow_syncs - r.before.slow_syncs); /* one line each */
+  assert_true(r.logged);
+  assert_true(qim_test_log_field(r.last, " ms=") >= 50.0);
+  assert_true(qim_test_log_field(r.last, " commits=") >= 1.0);
+  assert_int_equal(r.after.slow_transactions, r.before.slow_transactions); /* the COMMIT did not wait */
   qim_store_close(s);
   qim_test_rmtree(dir);
 }
@@ -290,27 +295,17 @@ static void test_a_transaction_of_50_ms_is_logged_and_counted(void **state) {
   qim_store_options o = fx_options();
   o.before_commit = sleep_before_commit;
   qim_store *s = fx_open(dir, NULL, &o);
-  qim_test_log_start(QIM_LOG_WARN);
-  qim_store_stats before, after;
-  qim_store_get_stats(s, &before);
+  slow_run r; /* the hook sleeps between the batch's operations and its COMMIT */
+  slow_append(s, &commit_sleep_ms, 2, "store.sqlite.slow_transaction", &r);
 
-  atomic_store(&commit_sleep_ms, 60); /* between the batch's operations and its COMMIT */
-  append_one(s, 2);
-  atomic_store(&commit_sleep_ms, 0);
-  qim_store_get_stats(s, &after);
-  char last[512];
-  size_t lines = qim_test_log_count("store.sqlite.slow_transaction", NULL, NULL);
-  bool logged = qim_test_log_last("store.sqlite.slow_transaction", last, sizeof last);
-  qim_test_log_stop();
-
-  assert_int_equal(after.slow_transactions - before.slow_transactions, 1);
-  assert_int_equal(lines, 1);
-  assert_true(logged);
-  assert_true(field(last, " ms=") >= 50.0);
+  assert_int_equal(r.after.slow_transactions - r.before.slow_transactions, 1);
+  assert_int_equal(r.lines, 1);
+  assert_true(r.logged);
+  assert_true(qim_test_log_field(r.last, " ms=") >= 50.0);
   /* The time went before the COMMIT: the line tells a slow run from a slow COMMIT. */
-  assert_true(field(last, " commit_ms=") < field(last, " ms="));
-  assert_int_equal((int)field(last, " ops="), 1);
-  assert_true(field(last, " pages=") >= 1.0);
+  assert_true(qim_test_log_field(r.last, " commit_ms=") < qim_test_log_field(r.last, " ms="));
+  assert_int_equal((int)qim_test_log_field(r.last, " ops="), 1);
+  assert_true(qim_test_log_field(r.last, " pages=") >= 1.0);
   qim_store_close(s);
   qim_test_rmtree(dir);
 }
